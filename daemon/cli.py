@@ -1,0 +1,213 @@
+"""The ``docsumd`` command line: ``run``, ``check-config``, ``summarize``, ``make-tiny-model``.
+
+This is the entry point, and the only place that installs signal handlers or touches the process
+environment (vLLM and Hugging Face read their settings from it).
+
+Exit codes: 0 success (including a drained stop); 1 fatal runtime error (engine dead, results
+cannot be written: the supervisor should restart); 2 bad configuration or usage; 3 ``summarize``
+finished but some documents failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from daemon import __version__
+from daemon.config import Config, ConfigError, load_config
+
+EXIT_OK = 0
+EXIT_FATAL = 1
+EXIT_CONFIG = 2
+EXIT_SOME_FAILED = 3
+
+DEFAULT_CONFIG = Path("docsumd.toml")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse ``argv`` and run the chosen command; returns the exit code (the console script exits with it)."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except ConfigError as exc:
+        print(f"docsumd: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    return code
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="docsumd",
+        description="Summarize long documents with vLLM: a service over watched folders (and Kafka), "
+        "or a one-shot command over files.",
+    )
+    parser.add_argument("--version", action="version", version=f"docsumd {__version__}")
+    commands = parser.add_subparsers(required=True, metavar="COMMAND")
+
+    run = commands.add_parser(
+        "run",
+        help="run the service",
+        description="Run the service until SIGTERM/SIGINT, then drain and exit 0.",
+    )
+    run.add_argument(
+        "--config", type=Path, default=DEFAULT_CONFIG, help="TOML config file (default: %(default)s)"
+    )
+    run.set_defaults(func=_cmd_run)
+
+    check = commands.add_parser(
+        "check-config",
+        help="validate a config file and print the effective config",
+        description="Load FILE with DOCSUMD_* environment overrides, validate it, and print the effective "
+        "configuration as JSON. Exits 2 with the problems listed if it is invalid.",
+    )
+    check.add_argument("file", type=Path, metavar="FILE")
+    check.set_defaults(func=_cmd_check_config)
+
+    summarize = commands.add_parser(
+        "summarize",
+        help="summarize a few files once and exit",
+        description="Run the service's pipeline once over FILEs: results are written as "
+        "OUTBOX/NAME.summary.json, failures as OUTBOX/NAME.error.json; inputs are not moved. "
+        "Exits 0 if all succeeded, 3 if some failed.",
+    )
+    summarize.add_argument("files", type=Path, nargs="+", metavar="FILE")
+    summarize.add_argument(
+        "--config", type=Path, default=DEFAULT_CONFIG, help="TOML config file (default: %(default)s)"
+    )
+    summarize.add_argument(
+        "--outbox", type=Path, default=None, help="where results go (default: the config's folder outbox)"
+    )
+    summarize.add_argument("--no-progress", action="store_true", help="no progress bar")
+    summarize.set_defaults(func=_cmd_summarize)
+
+    tiny = commands.add_parser(
+        "make-tiny-model",
+        help="build a tiny random-weight model for demos and tests (offline)",
+        description="Write a small Qwen2-shaped model with random weights and a BPE tokenizer trained on "
+        "local text into DIR. Needs no network. Its summaries are random text.",
+    )
+    tiny.add_argument("dir", type=Path, metavar="DIR")
+    tiny.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
+    tiny.add_argument("--force", action="store_true", help="rebuild even if DIR already holds a model")
+    tiny.set_defaults(func=_cmd_make_tiny_model)
+    return parser
+
+
+# -- commands --------------------------------------------------------------------------------------
+
+
+def _cmd_check_config(args: argparse.Namespace) -> int:
+    config = load_config(args.file)
+    print(json.dumps(config.model_dump(mode="json"), indent=2))
+    return EXIT_OK
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    config.require_source()
+    _prepare_process(config)
+    return asyncio.run(_serve(config))
+
+
+def _cmd_summarize(args: argparse.Namespace) -> int:
+    config = load_config(args.config)
+    outbox = args.outbox or (config.sources.folder.outbox if config.sources.folder else None)
+    if outbox is None:
+        raise ConfigError("no --outbox given and the config has no [sources.folder] outbox")
+    # One-shot runs serve no metrics endpoint (a running daemon may hold the port).
+    config = config.model_copy(update={"metrics": config.metrics.model_copy(update={"enabled": False})})
+    _prepare_process(config)
+    return asyncio.run(_summarize(config, list(args.files), outbox, progress=not args.no_progress))
+
+
+def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
+    from daemon.tiny_model import build_tiny_model
+
+    if (args.dir / "config.json").exists() and not args.force:
+        print(f"{args.dir} already holds a model (use --force to rebuild)", file=sys.stderr)
+        return EXIT_OK
+    build_tiny_model(args.dir, seed=args.seed)
+    print(f"tiny model written to {args.dir}", file=sys.stderr)
+    return EXIT_OK
+
+
+# -- helpers ---------------------------------------------------------------------------------------
+
+
+def _prepare_process(config: Config) -> None:
+    """Logging, and the environment vLLM and Hugging Face read (defaults only: the user's win)."""
+    from daemon.logging import configure_logging
+
+    # Our handler renders vLLM's records; without this vLLM installs its own at import.
+    os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
+    # A daemon does not phone home, and a single-host engine needs no routable address (vLLM would
+    # otherwise probe a public DNS server to find one).
+    os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+    os.environ.setdefault("DO_NOT_TRACK", "1")
+    if config.engine.tensor_parallel_size * config.engine.data_parallel_size == 1:
+        os.environ.setdefault("VLLM_HOST_IP", "127.0.0.1")
+    if Path(config.engine.model).exists():
+        # A local model needs no hub: fail fast instead of retrying a hub that may be unreachable.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    configure_logging(config.logging.level, config.logging.format)
+
+
+async def _serve(config: Config) -> int:
+    from daemon.service import FatalError, Service
+
+    service = Service(config)
+    _install_signal_handlers(service.request_stop)
+    try:
+        await service.run()
+    except FatalError:
+        return EXIT_FATAL
+    return EXIT_OK
+
+
+async def _summarize(config: Config, files: list[Path], outbox: Path, *, progress: bool) -> int:
+    from tqdm import tqdm
+
+    from daemon.service import FatalError, Service
+    from daemon.sinks.folder import FolderSink
+    from daemon.sources.files import FilesSource
+    from daemon.work import WorkItem
+
+    source = FilesSource(files, FolderSink(outbox, outbox), max_input_bytes=config.limits.max_input_bytes)
+    bar = tqdm(total=len(files), unit="doc", desc="summarizing", disable=not progress, file=sys.stderr)
+    failed: list[str] = []
+
+    def finished(item: WorkItem, outcome: str) -> None:
+        bar.update(1)
+        if outcome != "ok":
+            failed.append(f"{item.id}: {outcome}")
+
+    service = Service(config, sources=[source], on_finished=finished)
+    _install_signal_handlers(service.request_stop)
+    try:
+        await service.run()
+    except FatalError:
+        return EXIT_FATAL
+    finally:
+        bar.close()
+    done = bar.n
+    print(f"{done - len(failed)} summarized, {len(failed)} failed; results in {outbox}", file=sys.stderr)
+    for line in failed:
+        print(f"  failed: {line}", file=sys.stderr)
+    if done < len(files):
+        print(f"  {len(files) - done} not finished (stopped early)", file=sys.stderr)
+        return EXIT_FATAL
+    return EXIT_SOME_FAILED if failed else EXIT_OK
+
+
+def _install_signal_handlers(request_stop: Callable[[], None]) -> None:
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, request_stop)

@@ -1,0 +1,262 @@
+"""The one typed configuration tree of docsumd.
+
+Loaded once at start from a TOML file, then overridden by ``DOCSUMD_*`` environment variables
+(nested keys joined by ``__``, e.g. ``DOCSUMD_ENGINE__MAX_MODEL_LEN=8192``), and validated before
+anything starts. Relative paths in the file are resolved against the file's own folder, so a config
+means the same thing whatever the working directory of the process is.
+
+Business code receives a :class:`Config` (or one of its sections); it never reads the environment.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+from typing import Any, Literal, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "DOCSUMD_"
+
+
+class _Section(BaseModel):
+    """Base of every config section: unknown keys are errors, so a typo never passes silently."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class EngineConfig(_Section):
+    """How the vLLM engine is built (one engine per daemon)."""
+
+    model: str = Field(description="Local model folder or a model id (ids need a reachable model hub).")
+    tokenizer: str | None = Field(default=None, description="Tokenizer folder or id; defaults to the model.")
+    dtype: str = "auto"
+    max_model_len: int = Field(default=4096, ge=256)
+    max_num_seqs: int = Field(default=64, ge=1)
+    max_num_batched_tokens: int = Field(default=4096, ge=256)
+    enable_chunked_prefill: bool = True
+    enable_prefix_caching: bool = True
+    kv_cache_memory_bytes: int | None = Field(
+        default=None,
+        ge=1 << 20,
+        description="KV cache size in bytes. Required on CPU (vLLM would otherwise claim most of a NUMA "
+        "node); on GPU leave it unset and use gpu_memory_utilization.",
+    )
+    gpu_memory_utilization: float = Field(default=0.90, gt=0.0, le=1.0)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    data_parallel_size: int = Field(default=1, ge=1)
+    enforce_eager: bool = False
+    load_format: str = Field(
+        default="auto", description='"dummy" runs random weights from config.json alone.'
+    )
+    seed: int = 0
+    trust_remote_code: bool = False
+    served_model_name: str | None = Field(
+        default=None,
+        description="The model name written into results; defaults to the model path's last part.",
+    )
+
+    @model_validator(mode="after")
+    def _batched_tokens_cover_context(self) -> Self:
+        if not self.enable_chunked_prefill and self.max_num_batched_tokens < self.max_model_len:
+            raise ValueError(
+                "max_num_batched_tokens must be >= max_model_len when enable_chunked_prefill is false "
+                f"(got {self.max_num_batched_tokens} < {self.max_model_len})"
+            )
+        return self
+
+    @property
+    def model_name(self) -> str:
+        """The name results carry: served_model_name, else the last part of the model path or id."""
+        return self.served_model_name or Path(self.model.rstrip("/")).name
+
+
+class SummaryConfig(_Section):
+    """What a summary request asks of the model."""
+
+    max_summary_tokens: int = Field(default=256, ge=1)
+    temperature: float = Field(default=0.3, ge=0.0)
+    top_p: float = Field(default=0.9, gt=0.0, le=1.0)
+    repetition_penalty: float = Field(default=1.1, gt=0.0)
+    seed: int | None = Field(default=None, description="Per-request sampling seed, for reproducible output.")
+
+
+class LimitsConfig(_Section):
+    """Input limits: what is refused before it costs engine time."""
+
+    max_input_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1,
+        description="Larger inputs fail with reason 'too_large' without being read into memory.",
+    )
+
+
+class FolderSourceConfig(_Section):
+    """The watched-folder source and its result folders."""
+
+    inbox: Path
+    outbox: Path
+    done: Path
+    failed: Path
+    settle_seconds: float = Field(
+        default=1.0,
+        ge=0.0,
+        description="A file is read only once its size and mtime stayed the same for this long "
+        "(protects against half-written inputs from writers that do not rename into the inbox).",
+    )
+    rescan_seconds: float = Field(
+        default=30.0, gt=0.0, description="Full rescan period, a safety net for missed file events."
+    )
+
+    @model_validator(mode="after")
+    def _folders_distinct(self) -> Self:
+        folders = {"inbox": self.inbox, "outbox": self.outbox, "done": self.done, "failed": self.failed}
+        resolved = {name: path.resolve() for name, path in folders.items()}
+        if len(set(resolved.values())) != len(resolved):
+            raise ValueError(f"inbox, outbox, done and failed must be four different folders, got {folders}")
+        if any(resolved["inbox"] in path.parents for name, path in resolved.items() if name != "inbox"):
+            raise ValueError("outbox, done and failed must not lie inside the inbox (they would be re-read)")
+        return self
+
+
+class SourcesConfig(_Section):
+    """Where documents come from. A source runs when its section is present."""
+
+    folder: FolderSourceConfig | None = None
+
+
+class MetricsConfig(_Section):
+    """The HTTP endpoint for /metrics, /healthz and /readyz."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = Field(default=9400, ge=0, le=65535, description="0 picks a free port (it is logged).")
+
+
+class ServiceConfig(_Section):
+    """How the service schedules and stops."""
+
+    max_inflight_documents: int | None = Field(
+        default=None,
+        ge=1,
+        description="Documents read and handed to the engine at once; defaults to 2 x engine.max_num_seqs "
+        "so the engine always has a full batch while results are written.",
+    )
+    drain_seconds: float = Field(
+        default=60.0,
+        ge=0.0,
+        description="On SIGTERM/SIGINT, in-flight documents get this long to finish; the rest are "
+        "aborted and left unacknowledged (they are processed again on the next start).",
+    )
+    status_interval_seconds: float = Field(default=30.0, gt=0.0)
+
+
+class LoggingConfig(_Section):
+    """Structured logs on stderr."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["auto", "json", "console"] = Field(
+        default="auto", description="auto: console on a terminal, JSON otherwise (journald, files, pipes)."
+    )
+
+
+class Config(BaseSettings):
+    """The whole configuration. Build it with :func:`load_config`."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        frozen=True,
+    )
+
+    engine: EngineConfig
+    summary: SummaryConfig = SummaryConfig()
+    limits: LimitsConfig = LimitsConfig()
+    sources: SourcesConfig = SourcesConfig()
+    metrics: MetricsConfig = MetricsConfig()
+    service: ServiceConfig = ServiceConfig()
+    logging: LoggingConfig = LoggingConfig()
+
+    @model_validator(mode="after")
+    def _summary_fits_context(self) -> Self:
+        # The prompt needs room too: leave at least a quarter of the context for the document.
+        if self.summary.max_summary_tokens > self.engine.max_model_len * 3 // 4:
+            raise ValueError(
+                f"summary.max_summary_tokens ({self.summary.max_summary_tokens}) must be at most 3/4 of "
+                f"engine.max_model_len ({self.engine.max_model_len})"
+            )
+        return self
+
+    def require_source(self) -> None:
+        """Raise :class:`ConfigError` unless at least one source is configured (the service needs one)."""
+        if self.sources.folder is None:
+            raise ConfigError("no source configured: add a [sources.folder] section")
+
+    @property
+    def inflight_documents(self) -> int:
+        """The effective bound on documents in flight."""
+        return self.service.max_inflight_documents or 2 * self.engine.max_num_seqs
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Environment beats the file (passed as init values); no .env or secrets files.
+        return (env_settings, init_settings)
+
+
+class ConfigError(Exception):
+    """The configuration cannot be used; the message says why, one problem per line."""
+
+
+def load_config(path: Path | str) -> Config:
+    """Read ``path`` (TOML), apply ``DOCSUMD_*`` overrides and validate. Raises :class:`ConfigError`."""
+    config_path = Path(path)
+    try:
+        raw = tomllib.loads(config_path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{config_path}: no such config file") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{config_path}: cannot read: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{config_path}: not valid TOML: {exc}") from None
+    _resolve_relative_paths(raw, config_path.resolve().parent)
+    try:
+        return Config(**raw)
+    except ValidationError as exc:
+        raise ConfigError(_describe_validation_error(config_path, exc)) from None
+
+
+def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
+    """Make the file's relative paths relative to the file's folder (in place)."""
+    folder = raw.get("sources", {}).get("folder")
+    if isinstance(folder, dict):
+        for key in ("inbox", "outbox", "done", "failed"):
+            if isinstance(folder.get(key), str):
+                folder[key] = str(base / folder[key])
+    engine = raw.get("engine")
+    if isinstance(engine, dict):
+        for key in ("model", "tokenizer"):
+            value = engine.get(key)
+            # A model id ("Qwen/Qwen2.5-7B-Instruct") stays as it is; a path that exists relative to
+            # the config file, or one written as ./ or ../, is made absolute.
+            if isinstance(value, str) and not Path(value).is_absolute():
+                candidate = base / value
+                if candidate.exists() or value.startswith(("./", "../")):
+                    engine[key] = str(candidate)
+
+
+def _describe_validation_error(config_path: Path, exc: ValidationError) -> str:
+    lines = [f"{config_path}: invalid configuration ({exc.error_count()} problem(s)):"]
+    for error in exc.errors():
+        where = ".".join(str(part) for part in error["loc"]) or "(top level)"
+        lines.append(f"  {where}: {error['msg']}")
+    lines.append(f"  (environment overrides use {ENV_PREFIX}SECTION__KEY, e.g. {ENV_PREFIX}ENGINE__MODEL)")
+    return "\n".join(lines)

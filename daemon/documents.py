@@ -1,0 +1,195 @@
+"""Documents: raw bytes in, checked text out.
+
+:func:`decode_document` turns the bytes a source read into text, or refuses them with a
+:class:`DocumentError` that carries a stable ``reason`` code (for dead-letter records, metrics and
+alerting) and a message for people. The reason codes are part of docsumd's interface:
+
+=================  ==========================================================================
+``empty``          zero bytes
+``whitespace_only`` nothing but whitespace (including no-break spaces) after decoding
+``too_large``      over ``limits.max_input_bytes``
+``binary``         not text: compressed or other binary formats, random bytes
+``invalid_utf8``   text that is not valid UTF-8 (e.g. Latin-1) and carries no UTF-16/32 BOM
+``invalid_encoding`` starts with a UTF-16/32 byte-order mark but does not decode as that encoding
+``nul_bytes``      valid UTF-8 that contains NUL characters (usually a corrupted or binary file)
+``unreadable``     the source could not read the input (permissions, vanished file)
+``engine_error``   the engine rejected or failed this one request (set by the summarizer)
+=================  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import asyncio
+import codecs
+import hashlib
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final
+
+# Byte-order marks, longest first (the UTF-32 LE BOM starts with the UTF-16 LE one).
+_BOMS: Final = (
+    (codecs.BOM_UTF32_LE, "utf-32-le", "UTF-32 LE"),
+    (codecs.BOM_UTF32_BE, "utf-32-be", "UTF-32 BE"),
+    (codecs.BOM_UTF8, "utf-8", "UTF-8"),
+    (codecs.BOM_UTF16_LE, "utf-16-le", "UTF-16 LE"),
+    (codecs.BOM_UTF16_BE, "utf-16-be", "UTF-16 BE"),
+)
+
+# Signatures of common binary formats that are often misnamed as .txt.
+_MAGIC: Final = (
+    (b"\x1f\x8b", "gzip-compressed data"),
+    (b"PK\x03\x04", "a ZIP archive (or a .docx/.xlsx/.odt file)"),
+    (b"%PDF-", "a PDF file (extract its text first)"),
+    (b"BZh", "bzip2-compressed data"),
+    (b"\xfd7zXZ\x00", "xz-compressed data"),
+    (b"(\xb5/\xfd", "zstd-compressed data"),
+    (b"\x89PNG\r\n\x1a\n", "a PNG image"),
+    (b"\xff\xd8\xff", "a JPEG image"),
+    (b"\x7fELF", "an ELF executable"),
+    (b"\xd0\xcf\x11\xe0", "an OLE2 file (e.g. a legacy .doc)"),
+)
+
+# Control bytes that never appear in text (everything below 0x20 except tab, LF, VT, FF, CR, ESC; DEL).
+_NON_TEXT_BYTES: Final = frozenset(set(range(0x20)) - {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1B}) | {0x7F}
+_SNIFF_BYTES: Final = 64 * 1024
+# Random bytes have about 11% such bytes; real text none. 2% leaves room for odd but real text.
+_BINARY_CONTROL_RATIO: Final = 0.02
+
+
+class DocumentError(Exception):
+    """A per-document failure: the document is refused, recorded and acknowledged; the daemon goes on."""
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    def __str__(self) -> str:
+        return f"{self.reason}: {self.message}"
+
+
+@dataclass(frozen=True, slots=True)
+class Document:
+    """A checked document: text ready to summarize, with where it came from."""
+
+    id: str
+    text: str
+    source: str
+    sha256: str
+    size_bytes: int
+    encoding: str
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+def sha256_hex(data: bytes) -> str:
+    """The SHA-256 of ``data`` as lowercase hex (results and failure records carry it)."""
+    return hashlib.sha256(data).hexdigest()
+
+
+def check_size(size_bytes: int, max_input_bytes: int) -> None:
+    """Refuse a size before reading it. Raises DocumentError('too_large' or 'empty')."""
+    if size_bytes > max_input_bytes:
+        raise DocumentError(
+            "too_large",
+            f"input is {size_bytes} bytes, over the limit of {max_input_bytes} bytes "
+            "(limits.max_input_bytes)",
+        )
+    if size_bytes == 0:
+        raise DocumentError("empty", "input is empty (0 bytes)")
+
+
+async def read_input_file(path: Path, max_input_bytes: int) -> bytes:
+    """Read a file's bytes, refusing one over the limit before reading it into memory."""
+    return await asyncio.to_thread(_read_input_file, path, max_input_bytes)
+
+
+def _read_input_file(path: Path, max_input_bytes: int) -> bytes:
+    try:
+        with path.open("rb") as stream:
+            check_size(os.fstat(stream.fileno()).st_size, max_input_bytes)
+            # Read at most one byte past the limit: a file that grew since the check is still refused.
+            data = stream.read(max_input_bytes + 1)
+    except OSError as exc:
+        raise DocumentError("unreadable", f"cannot read the input: {exc.strerror or exc}") from exc
+    check_size(len(data), max_input_bytes)
+    return data
+
+
+def decode_text(data: bytes, max_input_bytes: int) -> tuple[str, str]:
+    """Decode and check raw input; return ``(text, encoding)`` or raise :class:`DocumentError`."""
+    check_size(len(data), max_input_bytes)
+    for bom, codec, label in _BOMS:
+        if data.startswith(bom):
+            text = _decode_strict(data[len(bom) :], codec, label)
+            break
+    else:
+        _refuse_binary(data)
+        text = _decode_strict(data, "utf-8", "UTF-8")
+        codec = "utf-8"
+    if "\x00" in text:
+        position = text.index("\x00")
+        raise DocumentError(
+            "nul_bytes",
+            f"input contains {text.count(chr(0))} NUL character(s), the first at character {position}; "
+            "it is probably corrupted or not a text file",
+        )
+    if not text.strip():
+        raise DocumentError("whitespace_only", "input contains only whitespace")
+    return text, codec
+
+
+def decode_document(
+    data: bytes,
+    *,
+    doc_id: str,
+    source: str,
+    max_input_bytes: int,
+    metadata: dict[str, Any] | None = None,
+) -> Document:
+    """Build a :class:`Document` from raw bytes, or raise :class:`DocumentError`."""
+    text, encoding = decode_text(data, max_input_bytes)
+    return Document(
+        id=doc_id,
+        text=text,
+        source=source,
+        sha256=sha256_hex(data),
+        size_bytes=len(data),
+        encoding=encoding,
+        metadata=dict(metadata or {}),
+    )
+
+
+def _refuse_binary(data: bytes) -> None:
+    for magic, what in _MAGIC:
+        if data.startswith(magic):
+            raise DocumentError("binary", f"input is {what}, not text")
+    head = data[:_SNIFF_BYTES]
+    # NULs are left out here: valid UTF-8 with a few NULs gets its own reason (nul_bytes) after decoding.
+    control = sum(1 for byte in head if byte in _NON_TEXT_BYTES and byte != 0)
+    if control > _BINARY_CONTROL_RATIO * len(head):
+        raise DocumentError(
+            "binary",
+            f"input does not look like text: {control} of its first {len(head)} bytes are control bytes",
+        )
+
+
+def _decode_strict(data: bytes, codec: str, label: str) -> str:
+    try:
+        return data.decode(codec)
+    except UnicodeDecodeError as exc:
+        if codec == "utf-8":
+            hint = (
+                "re-encode it as UTF-8 (it may be Latin-1 or Windows-1252)"
+                if exc.end < len(data)
+                else "the file ends in the middle of a multi-byte character (truncated?)"
+            )
+            raise DocumentError(
+                "invalid_utf8",
+                f"input is not valid UTF-8: {exc.reason} at byte {exc.start}; {hint}",
+            ) from None
+        raise DocumentError(
+            "invalid_encoding",
+            f"input starts with a {label} byte-order mark but does not decode as {label}: "
+            f"{exc.reason} at byte {exc.start} after the mark",
+        ) from None

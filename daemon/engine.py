@@ -1,0 +1,242 @@
+"""The vLLM engine: one ``AsyncLLM`` (vLLM's ``AsyncLLMEngine``) per daemon.
+
+:class:`Engine` builds it from :class:`~daemon.config.EngineConfig`, submits requests concurrently,
+aborts the request of a cancelled caller, tells per-request failures from a dead engine, and shuts
+down the engine's processes.
+
+Two kinds of errors leave :meth:`Engine.generate`:
+
+* :class:`RequestError`: this one request failed (vLLM refused or errored on it); the document gets
+  a failure record and the daemon goes on.
+* :class:`EngineDeadError`: the engine is gone; nothing more can run. The service stops intake,
+  leaves unfinished inputs unacknowledged and exits non-zero so its supervisor restarts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
+
+from daemon.config import EngineConfig, SummaryConfig
+from daemon.logging import get_logger
+
+if TYPE_CHECKING:
+    from vllm import SamplingParams
+
+log = get_logger(__name__)
+
+
+class EngineError(Exception):
+    """Base of the engine's errors."""
+
+
+class EngineDeadError(EngineError):
+    """The engine died or cannot start: fatal for the daemon."""
+
+
+class RequestError(EngineError):
+    """One request failed; the engine is still healthy."""
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """The finished output of one request."""
+
+    text: str
+    prompt_tokens: int
+    output_tokens: int
+    cached_prompt_tokens: int
+    finish_reason: str | None
+    first_token_s: float | None
+    total_s: float
+
+
+def engine_args(config: EngineConfig) -> Any:
+    """vLLM ``AsyncEngineArgs`` for ``config`` (imported lazily: vLLM takes seconds to import)."""
+    from vllm import AsyncEngineArgs
+
+    kwargs: dict[str, Any] = {
+        "model": config.model,
+        "tokenizer": config.tokenizer,
+        "dtype": config.dtype,
+        "max_model_len": config.max_model_len,
+        "max_num_seqs": config.max_num_seqs,
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "enable_chunked_prefill": config.enable_chunked_prefill,
+        "enable_prefix_caching": config.enable_prefix_caching,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "data_parallel_size": config.data_parallel_size,
+        "enforce_eager": config.enforce_eager,
+        "load_format": config.load_format,
+        "seed": config.seed,
+        "trust_remote_code": config.trust_remote_code,
+        "served_model_name": config.model_name,
+    }
+    if config.kv_cache_memory_bytes is not None:
+        kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_bytes
+    return AsyncEngineArgs(**kwargs)
+
+
+def load_tokenizer(config: EngineConfig) -> Any:
+    """The served model's own Hugging Face tokenizer (the one vLLM loads for the same config)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(
+        config.tokenizer or config.model, trust_remote_code=config.trust_remote_code
+    )
+
+
+def sampling_params(summary: SummaryConfig, max_tokens: int | None = None) -> SamplingParams:
+    """Sampling settings of a summary request."""
+    from vllm import SamplingParams
+
+    return SamplingParams(
+        max_tokens=max_tokens or summary.max_summary_tokens,
+        temperature=summary.temperature,
+        top_p=summary.top_p,
+        repetition_penalty=summary.repetition_penalty,
+        seed=summary.seed,
+    )
+
+
+class Engine:
+    """Owns the vLLM engine. ``start()``/``stop()`` are idempotent; ``async with`` does both."""
+
+    def __init__(self, config: EngineConfig) -> None:
+        self.config = config
+        self._llm: Any = None
+        self._stopped = False
+        self.start_seconds: float | None = None
+
+    @property
+    def is_running(self) -> bool:
+        """True once started and until stopped or dead."""
+        return self._llm is not None and not self._stopped and not self._llm.errored
+
+    async def start(self) -> None:
+        """Build the engine (seconds to minutes: weights load, KV cache is allocated, workers start)."""
+        if self._llm is not None:
+            return
+        if self._stopped:
+            raise EngineDeadError("this engine was stopped; build a new Engine to start again")
+        _check_model_path(self.config.model)
+        started = time.monotonic()
+        log.info("engine starting", model=self.config.model, max_model_len=self.config.max_model_len)
+        try:
+            # from_engine_args blocks for the whole start-up; a thread keeps the event loop (health
+            # endpoint, signal handling) responsive meanwhile.
+            self._llm = await asyncio.to_thread(self._build)
+        except Exception as exc:
+            raise EngineDeadError(f"engine failed to start: {exc}") from exc
+        self.start_seconds = time.monotonic() - started
+        log.info("engine ready", start_s=round(self.start_seconds, 2))
+
+    def _build(self) -> Any:
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return AsyncLLM.from_engine_args(engine_args(self.config))
+
+    async def stop(self) -> None:
+        """Shut the engine and its worker processes down (a few seconds). Safe to call twice."""
+        if self._llm is None or self._stopped:
+            return
+        self._stopped = True
+        log.info("engine stopping")
+        await asyncio.to_thread(self._llm.shutdown)
+        # Drop the engine now: AsyncLLM.__del__ shuts down again, which fails noisily if it only
+        # runs during interpreter teardown.
+        self._llm = None
+        gc.collect()
+        log.info("engine stopped")
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def generate(
+        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str
+    ) -> Generation:
+        """Run one request to completion. On cancellation the vLLM request is aborted, then re-raised."""
+        llm = self._require_running()
+        from vllm.inputs import TokensPrompt
+        from vllm.v1.engine.exceptions import EngineDeadError as VllmEngineDeadError
+
+        started = time.monotonic()
+        first_token_at: float | None = None
+        final = None
+        try:
+            async for output in llm.generate(
+                TokensPrompt(prompt_token_ids=prompt_token_ids), params, request_id
+            ):
+                if first_token_at is None and output.outputs and output.outputs[0].token_ids:
+                    first_token_at = time.monotonic()
+                final = output
+        except asyncio.CancelledError:
+            await _abort(llm, request_id)
+            raise
+        except VllmEngineDeadError as exc:
+            raise EngineDeadError(f"vLLM engine died: {exc}") from exc
+        except Exception as exc:
+            if llm.errored:
+                raise EngineDeadError(f"vLLM engine died: {exc}") from exc
+            raise RequestError(f"{type(exc).__name__}: {exc}") from exc
+        if final is None or not final.finished:
+            raise RequestError("the engine ended the request without a final output")
+        completion = final.outputs[0]
+        return Generation(
+            text=completion.text,
+            prompt_tokens=len(final.prompt_token_ids or prompt_token_ids),
+            output_tokens=len(completion.token_ids),
+            cached_prompt_tokens=int(final.num_cached_tokens or 0),
+            finish_reason=completion.finish_reason,
+            first_token_s=None if first_token_at is None else first_token_at - started,
+            total_s=time.monotonic() - started,
+        )
+
+    async def check_health(self) -> None:
+        """Raise :class:`EngineDeadError` if the engine is not running."""
+        if self._llm is None or self._stopped:
+            raise EngineDeadError("engine is not running")
+        try:
+            await self._llm.check_health()
+        except Exception as exc:
+            raise EngineDeadError(f"engine health check failed: {exc}") from exc
+
+    def _require_running(self) -> Any:
+        llm = self._llm
+        if llm is None or self._stopped:
+            raise EngineDeadError("engine not running (not started, or stopped)")
+        if llm.errored:
+            raise EngineDeadError(f"engine died: {llm.dead_error}")
+        return llm
+
+
+async def _abort(llm: Any, request_id: str) -> None:
+    # vLLM aborts a request whose generator is cancelled, too; aborting twice is harmless, and doing
+    # it here does not depend on that detail. Shielded: the caller is being cancelled.
+    try:
+        await asyncio.shield(llm.abort(request_id))
+    except Exception as exc:  # the engine may be going down; the request dies with it
+        log.debug("abort failed", request_id=request_id, error=str(exc))
+
+
+def _check_model_path(model: str) -> None:
+    """Fail early and clearly when a local-looking model path does not exist."""
+    path = Path(model)
+    looks_local = path.is_absolute() or model.startswith((".", "~")) or model.count("/") != 1
+    if looks_local and not path.exists():
+        raise EngineDeadError(
+            f"model folder {model!r} does not exist (build the demo model with "
+            "'docsumd make-tiny-model DIR', or set engine.model to a model folder or id)"
+        )

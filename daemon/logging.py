@@ -1,0 +1,67 @@
+"""structlog setup: JSON lines for machines (journald, files, pipes), readable lines on a terminal.
+
+Every line about a document carries ``doc_id``: code binds it with ``log.bind(doc_id=...)`` or
+``structlog.contextvars.bound_contextvars(doc_id=...)`` around the work on that document.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import Literal
+
+import structlog
+
+_LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARNING, "error": logging.ERROR}
+
+
+def configure_logging(
+    level: Literal["debug", "info", "warning", "error"] = "info",
+    fmt: Literal["auto", "json", "console"] = "auto",
+) -> None:
+    """Configure structlog and the standard library's logging (vLLM logs through it) once, at start."""
+    use_json = fmt == "json" or (fmt == "auto" and not sys.stderr.isatty())
+    shared: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    renderer: structlog.types.Processor = (
+        structlog.processors.JSONRenderer() if use_json else structlog.dev.ConsoleRenderer(colors=False)
+    )
+    structlog.configure(
+        processors=[
+            *shared,
+            structlog.processors.StackInfoRenderer(),
+            structlog.processors.format_exc_info,
+            renderer,
+        ],
+        wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
+        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        cache_logger_on_first_use=True,
+    )
+    # Route the standard library's records (vLLM, aiohttp, transformers) through the same renderer.
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+        )
+    )
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(_LEVELS[level])
+    # vLLM installs its own handler on the "vllm" logger; let its records reach ours instead.
+    vllm_logger = logging.getLogger("vllm")
+    vllm_logger.handlers[:] = []
+    vllm_logger.propagate = True
+    for noisy in ("aiohttp.access", "httpx", "filelock", "watchfiles"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    # transformers warns that long documents exceed the model's length: we fit them ourselves.
+    logging.getLogger("transformers").setLevel(logging.ERROR)
+
+
+def get_logger(name: str) -> structlog.stdlib.BoundLogger:
+    """A structlog logger named after its module."""
+    logger: structlog.stdlib.BoundLogger = structlog.get_logger().bind(logger=name)
+    return logger

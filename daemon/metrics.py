@@ -1,0 +1,99 @@
+"""Prometheus metrics and the HTTP endpoint: ``/metrics``, ``/healthz``, ``/readyz``.
+
+Our metrics use the ``docsumd_`` prefix and bounded labels only (never a document id). They live in
+prometheus_client's default registry, beside the ``vllm:*`` metrics the in-process engine registers
+there, so one scrape returns both.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import TracebackType
+from typing import Self
+
+import prometheus_client
+from aiohttp import web
+from prometheus_client import Counter, Gauge, Histogram
+
+from daemon.logging import get_logger
+
+log = get_logger(__name__)
+
+_LATENCY_BUCKETS = (0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 600, 1200, 1800, 3600)
+
+DOCUMENTS = Counter(
+    "docsumd_documents",
+    "Documents finished, by source and outcome (ok or a failure reason).",
+    ["source", "outcome"],
+)
+DOCUMENT_LATENCY = Histogram(
+    "docsumd_document_latency_seconds",
+    "End-to-end time per summarized document, from intake to result written.",
+    buckets=_LATENCY_BUCKETS,
+)
+INFLIGHT = Gauge("docsumd_inflight_documents", "Documents taken in and not yet finished.")
+QUEUED = Gauge("docsumd_queued_documents", "Documents waiting at the sources (e.g. files in the inbox).")
+PROMPT_TOKENS = Counter("docsumd_prompt_tokens", "Prompt tokens sent to the engine.")
+SUMMARY_TOKENS = Counter("docsumd_summary_tokens", "Summary tokens generated.")
+TRUNCATED = Counter("docsumd_truncated_documents", "Documents whose summary did not read the whole text.")
+ENGINE_UP = Gauge("docsumd_engine_up", "1 while the vLLM engine is running, else 0.")
+LAST_SUCCESS = Gauge("docsumd_last_success_timestamp_seconds", "Unix time of the last document summarized.")
+READY = Gauge("docsumd_ready", "1 once the engine is warm and the sources run, 0 while starting or draining.")
+
+
+class MetricsServer:
+    """Serves the endpoints on ``host:port``. ``start()``/``stop()`` are idempotent."""
+
+    def __init__(
+        self, host: str, port: int, *, healthy: Callable[[], bool], ready: Callable[[], bool]
+    ) -> None:
+        self.host = host
+        self.port = port
+        self._healthy = healthy
+        self._ready = ready
+        self._runner: web.AppRunner | None = None
+
+    async def start(self) -> None:
+        """Bind and serve. With port 0 a free port is chosen; :attr:`port` then holds it."""
+        if self._runner is not None:
+            return
+        app = web.Application()
+        app.router.add_get("/metrics", self._metrics)
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/readyz", self._readyz)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, self.host, self.port)
+        await site.start()
+        self._runner = runner
+        if runner.addresses:
+            self.port = int(runner.addresses[0][1])
+        log.info("metrics endpoint listening", url=f"http://{self.host}:{self.port}/metrics")
+
+    async def stop(self) -> None:
+        """Stop serving."""
+        if self._runner is None:
+            return
+        runner, self._runner = self._runner, None
+        await runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def _metrics(self, request: web.Request) -> web.Response:
+        body = prometheus_client.generate_latest(prometheus_client.REGISTRY)
+        return web.Response(body=body, headers={"Content-Type": prometheus_client.CONTENT_TYPE_LATEST})
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        ok = self._healthy()
+        return web.json_response({"status": "ok" if ok else "unhealthy"}, status=200 if ok else 503)
+
+    async def _readyz(self, request: web.Request) -> web.Response:
+        ok = self._ready()
+        return web.json_response({"status": "ready" if ok else "not ready"}, status=200 if ok else 503)

@@ -1,0 +1,396 @@
+"""The service: sources -> documents -> summaries -> sinks, under one owner.
+
+:class:`Service` starts the metrics endpoint, the engine and the sources; pulls work items from
+every source while fewer than ``inflight_documents`` are in flight; processes each in its own task;
+and on :meth:`request_stop` drains: it stops pulling, gives in-flight documents ``drain_seconds``
+to finish, cancels the rest (their vLLM requests are aborted and their inputs stay
+unacknowledged), and shuts the engine down.
+
+Errors: a :class:`~daemon.documents.DocumentError` fails one document (failure record, metric) and
+the service goes on. An :class:`~daemon.engine.EngineDeadError` or
+:class:`~daemon.work.SinkError` is fatal: intake stops, nothing more is acknowledged, and
+:meth:`run` raises :class:`FatalError` so the process exits non-zero and its supervisor restarts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+import structlog
+
+from daemon.config import Config
+from daemon.documents import DocumentError, decode_document, sha256_hex
+from daemon.engine import Engine, EngineDeadError, load_tokenizer
+from daemon.logging import get_logger
+from daemon.metrics import (
+    DOCUMENT_LATENCY,
+    DOCUMENTS,
+    ENGINE_UP,
+    INFLIGHT,
+    LAST_SUCCESS,
+    PROMPT_TOKENS,
+    QUEUED,
+    READY,
+    SUMMARY_TOKENS,
+    TRUNCATED,
+    MetricsServer,
+)
+from daemon.sinks.folder import FolderSink
+from daemon.sources.folder import FolderSource
+from daemon.summarize import Summarizer, failure_record, result_record
+from daemon.work import SinkError, WorkItem
+
+log = get_logger(__name__)
+
+_ENGINE_POLL_SECONDS = 2.0
+
+
+class FatalError(Exception):
+    """The service cannot go on (engine dead, results cannot be written); exit non-zero."""
+
+
+class Source(Protocol):
+    """What the service needs of a source."""
+
+    @property
+    def backlog(self) -> int: ...
+
+    async def start(self) -> None: ...
+
+    async def stop(self) -> None: ...
+
+    def items(self) -> AsyncIterator[WorkItem]: ...
+
+
+class Stats:
+    """Counters for the periodic status line and the closing summary."""
+
+    def __init__(self) -> None:
+        self.started_at = time.monotonic()
+        self.succeeded = 0
+        self.failed = 0
+
+    @property
+    def finished(self) -> int:
+        """Documents with a result or a failure record."""
+        return self.succeeded + self.failed
+
+
+class Service:
+    """Owns every long-lived component of the daemon. Use :meth:`run`; stop it with :meth:`request_stop`."""
+
+    def __init__(
+        self,
+        config: Config,
+        *,
+        sources: list[Source] | None = None,
+        on_finished: Callable[[WorkItem, str], None] | None = None,
+    ) -> None:
+        """``sources`` defaults to those in ``config``; ``on_finished(item, outcome)`` is told of each
+        finished document (outcome ``ok`` or a failure reason), e.g. for a progress bar."""
+        self.config = config
+        self.engine = Engine(config.engine)
+        self.sources: list[Source] = sources if sources is not None else self._build_sources()
+        self._on_finished = on_finished
+        self.metrics = (
+            MetricsServer(config.metrics.host, config.metrics.port, healthy=self.healthy, ready=self.ready)
+            if config.metrics.enabled
+            else None
+        )
+        self.stats = Stats()
+        self._summarizer: Summarizer | None = None
+        self._stop_requested = asyncio.Event()
+        self._drain_cut = asyncio.Event()
+        self._slots = asyncio.Semaphore(config.inflight_documents)
+        self._inflight: set[asyncio.Task[None]] = set()
+        self._fatal: BaseException | None = None
+        self._ready = False
+
+    def _build_sources(self) -> list[Source]:
+        sources: list[Source] = []
+        folder = self.config.sources.folder
+        if folder is not None:
+            sink = FolderSink(folder.outbox, folder.failed)
+            sources.append(FolderSource(folder, sink, max_input_bytes=self.config.limits.max_input_bytes))
+        return sources
+
+    # -- health ----------------------------------------------------------------------------------
+
+    def healthy(self) -> bool:
+        """Process alive and engine not dead (a starting engine counts as healthy)."""
+        return self._fatal is None and (self.engine.is_running or not self._ready)
+
+    def ready(self) -> bool:
+        """Engine warm, sources running, not draining."""
+        return self._ready and self.healthy() and not self._stop_requested.is_set()
+
+    def request_stop(self) -> None:
+        """Begin a graceful drain (the entry point's signal handler calls this).
+
+        A second request while draining cuts the drain short: unfinished documents are aborted and
+        stay unacknowledged.
+        """
+        if not self._stop_requested.is_set():
+            log.info("stop requested: draining", inflight=len(self._inflight))
+            self._stop_requested.set()
+        elif not self._drain_cut.is_set():
+            log.warning("second stop request: cutting the drain short")
+            self._drain_cut.set()
+
+    # -- lifecycle -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Run until a stop is requested (returns) or a fatal error (raises :class:`FatalError`)."""
+        try:
+            if self.metrics is not None:
+                await self.metrics.start()
+            await self._start_engine()
+            if self._stop_requested.is_set():
+                return
+            for source in self.sources:
+                await source.start()
+            self._ready = True
+            READY.set(1)
+            log.info("docsumd ready", inflight_limit=self.config.inflight_documents)
+            async with asyncio.TaskGroup() as group:
+                pumps = [group.create_task(self._pump(source), name="pump") for source in self.sources]
+                watchdog = group.create_task(self._watch_engine(), name="engine-watch")
+                status = group.create_task(self._log_status(), name="status")
+                await self._until_stop_or_exhausted(pumps)
+                self._ready = False
+                READY.set(0)
+                for task in (*pumps, watchdog, status):
+                    task.cancel()
+            await self._drain()
+        finally:
+            self._ready = False
+            READY.set(0)
+            await self._shutdown()
+        if self._fatal is not None:
+            raise FatalError(str(self._fatal)) from self._fatal
+
+    async def _until_stop_or_exhausted(self, pumps: list[asyncio.Task[None]]) -> None:
+        """Wait for a stop request, or for every source to run out (finite sources) and their work."""
+        stop = asyncio.create_task(self._stop_requested.wait())
+        try:
+            while not stop.done():
+                running = {pump for pump in pumps if not pump.done()}
+                if not running and not self._inflight:
+                    return
+                await asyncio.wait({stop, *running, *self._inflight}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+
+    async def _start_engine(self) -> None:
+        start = asyncio.create_task(self.engine.start(), name="engine-start")
+        stop = asyncio.create_task(self._stop_requested.wait(), name="stop-wait")
+        try:
+            await asyncio.wait({start, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if not start.done():
+            # Stop asked for during start-up: let the start finish (vLLM cannot be interrupted
+            # mid-build without leaking processes), then shut down.
+            log.info("stop requested while the engine starts; waiting for it to finish starting")
+        try:
+            await start
+        except EngineDeadError as exc:
+            raise FatalError(str(exc)) from exc
+        ENGINE_UP.set(1)
+        tokenizer = await asyncio.to_thread(load_tokenizer, self.config.engine)
+        self._summarizer = Summarizer(
+            self.engine, tokenizer, self.config.summary, max_model_len=self.config.engine.max_model_len
+        )
+
+    async def _shutdown(self) -> None:
+        for source in self.sources:
+            await source.stop()
+        await self.engine.stop()
+        ENGINE_UP.set(0)
+        if self.metrics is not None:
+            await self.metrics.stop()
+        elapsed = time.monotonic() - self.stats.started_at
+        log.info(
+            "docsumd stopped",
+            succeeded=self.stats.succeeded,
+            failed=self.stats.failed,
+            uptime_s=round(elapsed, 1),
+        )
+
+    async def _drain(self) -> None:
+        if not self._inflight:
+            return
+        deadline = self.config.service.drain_seconds
+        log.info("draining in-flight documents", inflight=len(self._inflight), deadline_s=deadline)
+        loop = asyncio.get_running_loop()
+        end = loop.time() + deadline
+        while self._inflight and not self._drain_cut.is_set() and (remaining := end - loop.time()) > 0:
+            cut = asyncio.create_task(self._drain_cut.wait())
+            try:
+                await asyncio.wait(
+                    {*self._inflight, cut}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                cut.cancel()
+        pending = set(self._inflight)
+        if pending:
+            log.warning(
+                "drain deadline passed; aborting unfinished documents (their inputs stay unacknowledged)",
+                aborted=len(pending),
+            )
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    def _fail_fatally(self, exc: BaseException) -> None:
+        if self._fatal is None:
+            self._fatal = exc
+            log.error(
+                "fatal error: stopping intake, leaving unfinished inputs unacknowledged", error=str(exc)
+            )
+        ENGINE_UP.set(1 if self.engine.is_running else 0)
+        # Nothing more may be acknowledged: cancel in-flight work now instead of draining it.
+        for task in self._inflight:
+            task.cancel()
+        self._stop_requested.set()
+
+    # -- work ------------------------------------------------------------------------------------
+
+    async def _pump(self, source: Source) -> None:
+        """Pull items from one source while there is room in flight."""
+        items = source.items()
+        try:
+            while not self._stop_requested.is_set():
+                await self._slots.acquire()
+                try:
+                    item = await anext(items)
+                except BaseException:
+                    self._slots.release()
+                    raise
+                task = asyncio.create_task(self._process(item), name=f"doc:{item.id}")
+                self._inflight.add(task)
+                INFLIGHT.set(len(self._inflight))
+                task.add_done_callback(self._on_done)
+        except StopAsyncIteration:
+            return
+        except Exception as exc:
+            self._fail_fatally(exc)
+        finally:
+            await _aclose(items)
+
+    def _on_done(self, task: asyncio.Task[None]) -> None:
+        self._inflight.discard(task)
+        self._slots.release()
+        INFLIGHT.set(len(self._inflight))
+        QUEUED.set(sum(source.backlog for source in self.sources))
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._fail_fatally(exc)
+
+    async def _process(self, item: WorkItem) -> None:
+        """Take one item from bytes to an acknowledged result or failure record."""
+        with structlog.contextvars.bound_contextvars(doc_id=item.id, source=item.source):
+            data: bytes | None = None
+            try:
+                data = await item.load()
+                document = await asyncio.to_thread(
+                    decode_document,
+                    data,
+                    doc_id=item.id,
+                    source=item.source,
+                    max_input_bytes=self.config.limits.max_input_bytes,
+                    metadata=item.metadata,
+                )
+                assert self._summarizer is not None
+                queued_s = time.monotonic() - item.received_at
+                summary = await self._summarizer.summarize(document)
+            except DocumentError as error:
+                await self._record_failure(item, error, data)
+                return
+            except (EngineDeadError, SinkError, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                # A bug met on one document must not stop the stream (nor crash-loop on restart).
+                log.exception("unexpected error on a document")
+                await self._record_failure(item, DocumentError("internal_error", repr(exc)), data)
+                return
+            total_s = time.monotonic() - item.received_at
+            record = result_record(
+                document, summary, model=self.config.engine.model_name, queued_s=queued_s, total_s=total_s
+            )
+            await item.complete(record)
+            self._count_success(item, record, total_s)
+
+    async def _record_failure(self, item: WorkItem, error: DocumentError, data: bytes | None) -> None:
+        record = failure_record(
+            doc_id=item.id,
+            source=item.source,
+            error=error,
+            metadata=item.metadata,
+            sha256=None if data is None else sha256_hex(data),
+            input_bytes=None if data is None else len(data),
+        )
+        await item.fail(record)
+        self.stats.failed += 1
+        DOCUMENTS.labels(source=item.source, outcome=error.reason).inc()
+        if self._on_finished is not None:
+            self._on_finished(item, error.reason)
+        log.warning("document failed", reason=error.reason, message=error.message)
+
+    def _count_success(self, item: WorkItem, record: dict[str, Any], total_s: float) -> None:
+        self.stats.succeeded += 1
+        DOCUMENTS.labels(source=item.source, outcome="ok").inc()
+        DOCUMENT_LATENCY.observe(total_s)
+        PROMPT_TOKENS.inc(record["prompt_tokens"])
+        SUMMARY_TOKENS.inc(record["summary_tokens"])
+        if record["truncated"]:
+            TRUNCATED.inc()
+        LAST_SUCCESS.set_to_current_time()
+        if self._on_finished is not None:
+            self._on_finished(item, "ok")
+        log.info(
+            "document summarized",
+            prompt_tokens=record["prompt_tokens"],
+            summary_tokens=record["summary_tokens"],
+            truncated=record["truncated"],
+            total_s=round(total_s, 3),
+        )
+
+    # -- background ------------------------------------------------------------------------------
+
+    async def _watch_engine(self) -> None:
+        """Notice an engine that died while no request was running."""
+        # Polling: vLLM offers no awaitable for "engine died"; requests in flight notice it sooner.
+        while self.engine.is_running:  # noqa: ASYNC110
+            await asyncio.sleep(_ENGINE_POLL_SECONDS)
+        self._fail_fatally(EngineDeadError("the vLLM engine is no longer running"))
+
+    async def _log_status(self) -> None:
+        """One line every status_interval_seconds: done, rate, backlog."""
+        interval = self.config.service.status_interval_seconds
+        last_finished, last_at = 0, time.monotonic()
+        while True:
+            await asyncio.sleep(interval)
+            now = time.monotonic()
+            backlog = sum(source.backlog for source in self.sources)
+            QUEUED.set(backlog)
+            rate = (self.stats.finished - last_finished) / (now - last_at)
+            log.info(
+                "status",
+                succeeded=self.stats.succeeded,
+                failed=self.stats.failed,
+                docs_per_s=round(rate, 3),
+                inflight=len(self._inflight),
+                backlog=backlog,
+            )
+            last_finished, last_at = self.stats.finished, now
+
+
+async def _aclose(iterator: AsyncIterator[Any]) -> None:
+    aclose = getattr(iterator, "aclose", None)
+    if aclose is not None:
+        with contextlib.suppress(Exception):
+            await aclose()

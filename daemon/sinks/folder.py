@@ -1,0 +1,81 @@
+"""Result and failure files, written atomically.
+
+A record is written to a hidden temporary file in the target folder, flushed to disk, and renamed
+into place; the folder itself is then synced. A reader therefore sees either no file or the whole
+file, and after a power cut the rename is durable before the input is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Final
+
+from daemon.work import Record, SinkError
+
+RESULT_SUFFIX: Final = ".summary.json"
+ERROR_SUFFIX: Final = ".error.json"
+
+
+def write_json_atomic(path: Path, record: Record) -> None:
+    """Write ``record`` as JSON to ``path`` atomically and durably (temp file, fsync, rename, fsync dir)."""
+    data = json.dumps(record, ensure_ascii=False, indent=2).encode("utf-8") + b"\n"
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as tmp:
+            tmp.write(data)
+            tmp.flush()
+            os.fsync(tmp.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    fsync_dir(path.parent)
+
+
+def fsync_dir(folder: Path) -> None:
+    """Make renames in ``folder`` durable."""
+    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class FolderSink:
+    """Writes ``outbox/NAME.summary.json`` results and ``failed/NAME.error.json`` failure records."""
+
+    def __init__(self, outbox: Path, failed: Path) -> None:
+        self.outbox = outbox
+        self.failed = failed
+
+    def start(self) -> None:
+        """Create the folders (idempotent)."""
+        self.outbox.mkdir(parents=True, exist_ok=True)
+        self.failed.mkdir(parents=True, exist_ok=True)
+
+    def result_path(self, name: str) -> Path:
+        """Where the result for input ``name`` goes."""
+        return self.outbox / f"{name}{RESULT_SUFFIX}"
+
+    def error_path(self, name: str) -> Path:
+        """Where the failure record for input ``name`` goes."""
+        return self.failed / f"{name}{ERROR_SUFFIX}"
+
+    async def write_result(self, name: str, record: Record) -> Path:
+        """Write a result record; raises :class:`SinkError` if it cannot be written."""
+        return await self._write(self.result_path(name), record)
+
+    async def write_failure(self, name: str, record: Record) -> Path:
+        """Write a failure record; raises :class:`SinkError` if it cannot be written."""
+        return await self._write(self.error_path(name), record)
+
+    async def _write(self, path: Path, record: Record) -> Path:
+        try:
+            await asyncio.to_thread(write_json_atomic, path, record)
+        except OSError as exc:
+            raise SinkError(f"cannot write {path}: {exc}") from exc
+        return path

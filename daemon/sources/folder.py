@@ -1,0 +1,242 @@
+"""The watched-folder source.
+
+Every regular file directly in ``inbox`` is a document; its name is the document id. Files already
+there at start are processed first (oldest first), then new ones as watchfiles reports them, with a
+periodic rescan as a safety net for missed events.
+
+Half-written inputs are never read:
+
+* hidden files (``.NAME``) and names ending in ``.tmp``, ``.part``, ``.partial``, ``.crdownload``
+  or ``.swp`` are ignored, so a writer that creates ``.NAME`` or ``NAME.tmp`` and renames it into
+  place (the recommended convention, atomic on one file system) is always safe;
+* for writers that write in place, a file is read only once its size and modification time have
+  not changed for ``settle_seconds``.
+
+Acknowledgement: after the sink wrote the result, the input moves to ``done/NAME``; after the
+failure record is written, it moves to ``failed/NAME``. A crash before that leaves the input in
+``inbox``, where the next start finds it again.
+
+Backpressure: the source hands out a file only when the service asks for the next item, so a large
+backlog waits on disk, not in memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections import deque
+from collections.abc import AsyncIterator
+from pathlib import Path
+from types import TracebackType
+from typing import Final, Self
+
+from daemon.config import FolderSourceConfig
+from daemon.documents import read_input_file
+from daemon.logging import get_logger
+from daemon.sinks.folder import FolderSink, fsync_dir
+from daemon.work import Record, SinkError, WorkItem
+
+log = get_logger(__name__)
+
+IGNORED_SUFFIXES: Final = (".tmp", ".part", ".partial", ".crdownload", ".swp")
+SOURCE_NAME: Final = "folder"
+
+
+def is_candidate_name(name: str) -> bool:
+    """Whether a file name in the inbox is a document (not hidden, not a temporary file)."""
+    return not name.startswith(".") and not name.endswith(IGNORED_SUFFIXES)
+
+
+class FolderSource:
+    """Yields a :class:`WorkItem` per settled file in the inbox. ``start()``/``stop()`` are idempotent."""
+
+    def __init__(self, config: FolderSourceConfig, sink: FolderSink, *, max_input_bytes: int) -> None:
+        self.config = config
+        self.sink = sink
+        self.max_input_bytes = max_input_bytes
+        self._ready: deque[str] = deque()
+        self._settling: dict[str, tuple[int, int, float]] = {}  # name -> (size, mtime_ns, last change)
+        self._known: set[str] = set()  # queued, settling or in flight: never handed out twice
+        self._wakeup = asyncio.Event()
+        self._watcher: asyncio.Task[None] | None = None
+        self._stop_watching = asyncio.Event()
+        self._last_scan = 0.0
+        self.started = False
+
+    @property
+    def backlog(self) -> int:
+        """Files seen in the inbox and not yet handed out."""
+        return len(self._ready) + len(self._settling)
+
+    async def start(self) -> None:
+        """Create the folders, scan the inbox, and start watching it."""
+        if self.started:
+            return
+        for folder in (self.config.inbox, self.config.done, self.config.failed):
+            folder.mkdir(parents=True, exist_ok=True)
+        self.sink.start()
+        self._stop_watching.clear()
+        self._scan()
+        self._watcher = asyncio.create_task(self._watch(), name="folder-watch")
+        self._watcher.add_done_callback(self._watcher_done)
+        self.started = True
+        log.info("folder source started", inbox=str(self.config.inbox), backlog=self.backlog)
+
+    async def stop(self) -> None:
+        """Stop watching. Items already handed out can still be completed or failed."""
+        if not self.started:
+            return
+        self.started = False
+        self._stop_watching.set()
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._watcher
+            self._watcher = None
+        self._wakeup.set()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    async def items(self) -> AsyncIterator[WorkItem]:
+        """Yield work items as files settle, until :meth:`stop`. Pull-driven: nothing is read ahead."""
+        while self.started:
+            name = self._next_ready()
+            if name is not None:
+                yield self._work_item(name)
+                continue
+            self._wakeup.clear()
+            timeout = self._next_check_in()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    # -- discovery -------------------------------------------------------------------------------
+
+    def _scan(self) -> None:
+        """Add every unknown candidate file in the inbox, oldest first."""
+        self._last_scan = time.monotonic()
+        found: list[tuple[int, str]] = []
+        with os.scandir(self.config.inbox) as entries:
+            for entry in entries:
+                if entry.name in self._known or not is_candidate_name(entry.name):
+                    continue
+                with contextlib.suppress(FileNotFoundError):
+                    if entry.is_file(follow_symlinks=False):
+                        found.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
+        for _, name in sorted(found):
+            self._add(name)
+
+    def _add(self, name: str) -> None:
+        if name in self._known or not is_candidate_name(name):
+            return
+        self._known.add(name)
+        self._settling[name] = (-1, -1, time.monotonic())
+        self._wakeup.set()
+
+    async def _watch(self) -> None:
+        from watchfiles import Change, awatch
+
+        async for changes in awatch(
+            self.config.inbox,
+            stop_event=self._stop_watching,
+            recursive=False,
+            debounce=200,
+            step=50,
+            rust_timeout=1000,
+            yield_on_timeout=True,
+            ignore_permission_denied=True,
+        ):
+            for change, raw_path in changes:
+                path = Path(raw_path)
+                if change != Change.deleted and path.parent == self.config.inbox:
+                    self._add(path.name)
+            if time.monotonic() - self._last_scan >= self.config.rescan_seconds:
+                self._scan()
+
+    def _watcher_done(self, task: asyncio.Task[None]) -> None:
+        # The watcher is owned here; its failure must be seen. Periodic rescans still find new files.
+        if not task.cancelled() and task.exception() is not None:
+            log.error("inbox watcher failed; falling back to periodic rescans", error=repr(task.exception()))
+
+    # -- settling --------------------------------------------------------------------------------
+
+    def _next_ready(self) -> str | None:
+        if time.monotonic() - self._last_scan >= self.config.rescan_seconds:
+            self._scan()
+        if not self._ready:
+            self._promote_settled()
+        return self._ready.popleft() if self._ready else None
+
+    def _promote_settled(self) -> None:
+        """Move files whose size and mtime held still for settle_seconds to the ready queue."""
+        now = time.monotonic()
+        wall_now = time.time()
+        for name, (size, mtime_ns, _) in list(self._settling.items()):
+            try:
+                stat = (self.config.inbox / name).stat()
+            except FileNotFoundError:  # removed or renamed away before we got to it
+                del self._settling[name]
+                self._known.discard(name)
+                continue
+            if (stat.st_size, stat.st_mtime_ns) != (size, mtime_ns):
+                # Changed since last look (or first look). An old file is settled already.
+                age = wall_now - stat.st_mtime_ns / 1e9
+                first_look = size == -1
+                self._settling[name] = (
+                    stat.st_size,
+                    stat.st_mtime_ns,
+                    now - max(age, 0) if first_look else now,
+                )
+            if now - self._settling[name][2] >= self.config.settle_seconds:
+                del self._settling[name]
+                self._ready.append(name)
+
+    def _next_check_in(self) -> float:
+        if self._settling:
+            return min(0.25, max(0.05, self.config.settle_seconds / 4))
+        return self.config.rescan_seconds
+
+    # -- acknowledgement -------------------------------------------------------------------------
+
+    def _work_item(self, name: str) -> WorkItem:
+        path = self.config.inbox / name
+        return WorkItem(
+            id=name,
+            source=SOURCE_NAME,
+            load=lambda: read_input_file(path, self.max_input_bytes),
+            on_complete=lambda record: self._complete(name, record),
+            on_fail=lambda record: self._fail(name, record),
+            metadata={"file_name": name},
+        )
+
+    async def _complete(self, name: str, record: Record) -> None:
+        await self.sink.write_result(name, record)
+        await self._move(name, self.config.done)
+
+    async def _fail(self, name: str, record: Record) -> None:
+        await self.sink.write_failure(name, record)
+        await self._move(name, self.config.failed)
+
+    async def _move(self, name: str, folder: Path) -> None:
+        try:
+            await asyncio.to_thread(_move_durably, self.config.inbox / name, folder / name)
+        except FileNotFoundError:
+            log.warning("input vanished from the inbox before it could be moved", doc_id=name)
+        except OSError as exc:
+            raise SinkError(f"cannot move {name} to {folder}: {exc}") from exc
+        finally:
+            self._known.discard(name)
+
+
+def _move_durably(source: Path, target: Path) -> None:
+    os.replace(source, target)
+    fsync_dir(target.parent)
+    fsync_dir(source.parent)

@@ -1,0 +1,56 @@
+"""Work items: the one seam between sources and the service.
+
+A source yields :class:`WorkItem` objects that carry their own acknowledgement. The service never
+knows where a document came from: it loads the bytes, summarizes, and then calls exactly one of
+
+* :meth:`WorkItem.complete` with the result record: the source's sink writes it durably, and only
+  then is the input acknowledged (file moved to ``done/``, Kafka offset marked finished);
+* :meth:`WorkItem.fail` with the failure record: written durably (failed folder, dead-letter
+  topic), then the input is acknowledged.
+
+If neither is called (crash, drain deadline, dead engine) the input stays unacknowledged and is
+processed again on the next start.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+Record = dict[str, Any]
+
+
+class SinkError(Exception):
+    """A result or failure record could not be written. Fatal: nothing may be acknowledged unwritten."""
+
+
+@dataclass(slots=True)
+class WorkItem:
+    """One input document on its way through the service."""
+
+    id: str
+    source: str
+    load: Callable[[], Awaitable[bytes]]
+    """Read the raw bytes. May raise DocumentError (e.g. too_large, checked before reading)."""
+    on_complete: Callable[[Record], Awaitable[None]]
+    on_fail: Callable[[Record], Awaitable[None]]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    received_at: float = field(default_factory=time.monotonic)
+    settled: bool = False
+
+    async def complete(self, result: Record) -> None:
+        """Write ``result`` durably, then acknowledge the input."""
+        self._settle()
+        await self.on_complete(result)
+
+    async def fail(self, failure: Record) -> None:
+        """Write ``failure`` durably, then acknowledge the input."""
+        self._settle()
+        await self.on_fail(failure)
+
+    def _settle(self) -> None:
+        if self.settled:
+            raise RuntimeError(f"work item {self.id!r} was already completed or failed")
+        self.settled = True

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from daemon import __version__
-from daemon.config import Config, ConfigError, load_config
+from daemon.config import Config, ConfigError, SummaryConfig, load_config
 
 EXIT_OK = 0
 EXIT_FATAL = 1
@@ -113,6 +113,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     config.require_source()
     _prepare_process(config)
+    check_platform_support(config.summary)
     return asyncio.run(_serve(config))
 
 
@@ -124,6 +125,7 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     # One-shot runs serve no metrics endpoint (a running daemon may hold the port).
     config = config.model_copy(update={"metrics": config.metrics.model_copy(update={"enabled": False})})
     _prepare_process(config)
+    check_platform_support(config.summary)
     return asyncio.run(_summarize(config, list(args.files), outbox, progress=not args.no_progress))
 
 
@@ -139,6 +141,13 @@ def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
 
 
 # -- helpers ---------------------------------------------------------------------------------------
+
+
+def check_platform_support(summary: SummaryConfig) -> None:
+    """See :func:`daemon.engine.check_platform_support` (imported late: vLLM is slow to import)."""
+    from daemon.engine import check_platform_support as check
+
+    check(summary)
 
 
 def _prepare_process(config: Config) -> None:

@@ -236,7 +236,8 @@ def load_config(path: Path | str) -> Config:
 
 def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
     """Make the file's relative paths relative to the file's folder (in place)."""
-    folder = raw.get("sources", {}).get("folder")
+    sources = raw.get("sources")
+    folder = sources.get("folder") if isinstance(sources, dict) else None
     if isinstance(folder, dict):
         for key in ("inbox", "outbox", "done", "failed"):
             if isinstance(folder.get(key), str):

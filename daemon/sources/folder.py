@@ -29,6 +29,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
+from stat import S_ISREG
 from types import TracebackType
 from typing import Final, Self
 
@@ -144,6 +145,7 @@ class FolderSource:
     async def _watch(self) -> None:
         from watchfiles import Change, awatch
 
+        first_batch = True
         async for changes in awatch(
             self.config.inbox,
             stop_event=self._stop_watching,
@@ -158,7 +160,10 @@ class FolderSource:
                 path = Path(raw_path)
                 if change != Change.deleted and path.parent == self.config.inbox:
                     self._add(path.name)
-            if time.monotonic() - self._last_scan >= self.config.rescan_seconds:
+            # The first batch (at most rust_timeout after start) comes once the watch is in place: scan
+            # again then, for files created between the start-up scan and the watch.
+            if first_batch or time.monotonic() - self._last_scan >= self.config.rescan_seconds:
+                first_batch = False
                 self._scan()
 
     def _watcher_done(self, task: asyncio.Task[None]) -> None:
@@ -181,10 +186,15 @@ class FolderSource:
         wall_now = time.time()
         for name, (size, mtime_ns, _) in list(self._settling.items()):
             try:
-                stat = (self.config.inbox / name).stat()
+                stat = (self.config.inbox / name).lstat()
             except FileNotFoundError:  # removed or renamed away before we got to it
                 del self._settling[name]
                 self._known.discard(name)
+                continue
+            if not S_ISREG(stat.st_mode):
+                # A folder or link made in the inbox: not a document. It stays known, so later
+                # events for it are ignored too.
+                del self._settling[name]
                 continue
             if (stat.st_size, stat.st_mtime_ns) != (size, mtime_ns):
                 # Changed since last look (or first look). An old file is settled already.

@@ -1,0 +1,53 @@
+"""Fixtures for end-to-end tests: the tiny model (built once) and daemons that are always cleaned up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.tiny_model import build_tiny_model
+from tests.e2e.harness import CORPUS, DaemonProcess, Layout, free_port
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's own tiny random-weight model (no download)."""
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    """../shared/corpus beside the checkout (real documents and bad inputs)."""
+    if not (CORPUS / "docs").is_dir():
+        pytest.skip(f"corpus not found at {CORPUS}")
+    return CORPUS
+
+
+@pytest.fixture
+def layout(tmp_path: Path, tiny_model: Path) -> Layout:
+    """Folders and a config for one daemon under tmp_path."""
+    return Layout(root=tmp_path, model=tiny_model, metrics_port=free_port())
+
+
+@pytest.fixture
+def start_daemon(layout: Layout) -> Iterator[Callable[..., DaemonProcess]]:
+    """Start daemons on ``layout``; every one still alive at teardown is killed with its group."""
+    started: list[DaemonProcess] = []
+
+    def start(extra_env: dict[str, str] | None = None) -> DaemonProcess:
+        if not layout.config.exists():
+            layout.write_config()
+        daemon = DaemonProcess(layout, layout.root / f"daemon-{len(started)}.log").start(extra_env)
+        started.append(daemon)
+        return daemon
+
+    yield start
+    for daemon in started:
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.kill_group()
+        leftovers = daemon.group_processes()
+        if leftovers:
+            daemon.kill_group()
+            pytest.fail(f"processes left behind by the daemon: {leftovers}")

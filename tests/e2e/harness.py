@@ -1,0 +1,249 @@
+"""Run the real daemon (real vLLM engine, tiny model) as a subprocess and watch its folders.
+
+The daemon runs in its own process group with its own TMPDIR, so a test can kill everything it
+started (as systemd's control group would) and check that no engine process is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[2]
+CORPUS = REPO.parent / "shared" / "corpus"
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval: float = 0.2) -> None:
+    """Poll ``predicate`` until true; fail with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+
+@dataclass
+class Layout:
+    """A daemon's folders and config under one test directory."""
+
+    root: Path
+    model: Path
+    metrics_port: int
+
+    @property
+    def inbox(self) -> Path:
+        return self.root / "inbox"
+
+    @property
+    def outbox(self) -> Path:
+        return self.root / "outbox"
+
+    @property
+    def done(self) -> Path:
+        return self.root / "done"
+
+    @property
+    def failed(self) -> Path:
+        return self.root / "failed"
+
+    @property
+    def config(self) -> Path:
+        return self.root / "docsumd.toml"
+
+    def write_config(self, **overrides: Any) -> Path:
+        """Write a config for the tiny model; ``overrides`` maps "section.key" to a TOML literal."""
+        values: dict[str, dict[str, str]] = {
+            "engine": {
+                "model": json.dumps(str(self.model)),
+                "max_model_len": "4096",
+                "max_num_seqs": "64",
+                "max_num_batched_tokens": "4096",
+                "enable_chunked_prefill": "true",
+                "enable_prefix_caching": "true",
+                "kv_cache_memory_bytes": str(1 << 30),
+                "enforce_eager": "true",
+            },
+            "summary": {"max_summary_tokens": "32", "temperature": "0.3", "top_p": "0.9"},
+            "sources.folder": {
+                "inbox": '"inbox"',
+                "outbox": '"outbox"',
+                "done": '"done"',
+                "failed": '"failed"',
+                "settle_seconds": "0.3",
+            },
+            "metrics": {"host": '"127.0.0.1"', "port": str(self.metrics_port)},
+            "service": {"drain_seconds": "60", "status_interval_seconds": "5"},
+            "logging": {"format": '"json"'},
+        }
+        for dotted, literal in overrides.items():
+            section, key = dotted.rsplit(".", 1)
+            values.setdefault(section, {})[key] = literal
+        lines = []
+        for section, pairs in values.items():
+            lines.append(f"[{section}]")
+            lines.extend(f"{key} = {literal}" for key, literal in pairs.items())
+            lines.append("")
+        self.config.write_text("\n".join(lines), encoding="utf-8")
+        return self.config
+
+    def names(self, folder: Path, suffix: str = "") -> set[str]:
+        """File names in ``folder`` ending in ``suffix`` (hidden temp files excluded)."""
+        if not folder.exists():
+            return set()
+        return {p.name for p in folder.iterdir() if p.name.endswith(suffix) and not p.name.startswith(".")}
+
+    def inputs_in(self, folder: Path) -> set[str]:
+        """Input files (not result or error records) in ``folder``."""
+        return {n for n in self.names(folder) if not n.endswith((".summary.json", ".error.json"))}
+
+    def result(self, name: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.outbox / f"{name}.summary.json").read_text(encoding="utf-8"))
+        return data
+
+    def error(self, name: str) -> dict[str, Any]:
+        data: dict[str, Any] = json.loads((self.failed / f"{name}.error.json").read_text(encoding="utf-8"))
+        return data
+
+
+def drop_file(folder: Path, name: str, data: bytes) -> None:
+    """Put a file into ``folder`` the recommended way: write a hidden temp file, then rename."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{name}.incoming"
+    tmp.write_bytes(data)
+    os.replace(tmp, folder / name)
+
+
+class DaemonProcess:
+    """``docsumd run`` as a subprocess in its own process group."""
+
+    def __init__(self, layout: Layout, log_path: Path) -> None:
+        self.layout = layout
+        self.log_path = log_path
+        self.tmpdir = layout.root / "tmp"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, extra_env: dict[str, str] | None = None) -> DaemonProcess:
+        self.tmpdir.mkdir(parents=True, exist_ok=True)
+        env = {
+            **os.environ,
+            "TMPDIR": str(self.tmpdir),
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "PYTHONUNBUFFERED": "1",
+            **(extra_env or {}),
+        }
+        log = self.log_path.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "daemon", "run", "--config", str(self.layout.config)],
+            cwd=self.layout.root,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # own process group: the test can clean up everything it started
+        )
+        log.close()
+        return self
+
+    @property
+    def pgid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def http_get(self, path: str) -> tuple[int, str]:
+        url = f"http://127.0.0.1:{self.layout.metrics_port}{path}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return int(response.status), response.read().decode()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read().decode()
+        except OSError:
+            return 0, ""
+
+    def wait_ready(self, timeout: float = 240) -> None:
+        def ready() -> bool:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                raise AssertionError(
+                    f"daemon exited with {self.proc.returncode} before ready:\n{self.log_tail()}"
+                )
+            return self.http_get("/readyz")[0] == 200
+
+        wait_for(ready, timeout, "the daemon to become ready")
+
+    def signal(self, signum: int) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signum)
+
+    def wait_exit(self, timeout: float = 120) -> int:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill_group()
+            raise AssertionError(f"daemon did not exit within {timeout}s:\n{self.log_tail()}") from None
+
+    def kill_group(self) -> None:
+        """SIGKILL every process of the daemon's group (what a crash plus systemd's cleanup does)."""
+        deadline = time.monotonic() + 30
+        while True:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.pgid, signal.SIGKILL)
+            if self.proc is not None:
+                self.proc.wait(timeout=30)
+            # A killed process stays visible for a moment while the kernel tears it down.
+            if not self.group_processes() or time.monotonic() > deadline:
+                return
+            time.sleep(0.1)
+
+    def group_processes(self) -> list[str]:
+        """Descriptions of processes still alive in the daemon's process group (zombies excluded)."""
+        alive = []
+        for status in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = status.read_text().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            state, pgrp = fields[0], int(fields[2])
+            if pgrp == self.pgid and state != "Z":
+                name = (status.parent / "comm").read_text().strip()
+                alive.append(f"{status.parent.name}:{name}")
+        return alive
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return "(no log)"
+        return "\n".join(text.splitlines()[-lines:])
+
+    def log_events(self) -> list[dict[str, Any]]:
+        """The daemon's JSON log lines (other lines, e.g. from engine subprocesses, skipped)."""
+        events = []
+        for line in self.log_path.read_text(errors="replace").splitlines():
+            if line.startswith("{"):
+                try:
+                    events.append(json.loads(line))
+                except json.JSONDecodeError:
+                    continue
+        return events

@@ -1,0 +1,84 @@
+"""The engine wrapper and the fatal path, with the real vLLM engine.
+
+* a cancelled document aborts its vLLM request (nothing keeps running in the engine);
+* an engine that dies makes the daemon exit non-zero, leaving unfinished inputs unacknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from daemon.config import EngineConfig, SummaryConfig
+from daemon.engine import Engine, EngineDeadError, sampling_params
+from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
+
+pytestmark = pytest.mark.engine
+
+
+def test_cancel_aborts_the_vllm_request(
+    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    monkeypatch.setenv("VLLM_HOST_IP", "127.0.0.1")
+    config = EngineConfig(
+        model=str(tiny_model), max_model_len=2048, kv_cache_memory_bytes=256 << 20, enforce_eager=True
+    )
+
+    async def scenario() -> tuple[int, int, str]:
+        async with Engine(config) as engine:
+            llm = engine._llm
+            long = sampling_params(SummaryConfig(max_summary_tokens=1500))
+            task = asyncio.create_task(engine.generate(list(range(100, 600)), long, "doc-to-cancel"))
+            await asyncio.sleep(1.0)
+            running = llm.get_num_unfinished_requests()
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            await asyncio.sleep(0.5)
+            left = llm.get_num_unfinished_requests()
+            # The engine still serves requests after the abort.
+            short = await engine.generate(
+                list(range(100, 200)), sampling_params(SummaryConfig(max_summary_tokens=8)), "after"
+            )
+            return running, left, short.finish_reason or ""
+
+    running, left, finish_reason = asyncio.run(scenario())
+    assert running == 1
+    assert left == 0
+    assert finish_reason in {"length", "stop"}
+
+
+def test_generate_after_stop_is_engine_dead(tiny_model: Path) -> None:
+    engine = Engine(EngineConfig(model=str(tiny_model)))
+    with pytest.raises(EngineDeadError):
+        asyncio.run(engine.generate([1, 2, 3], sampling_params(SummaryConfig()), "never-started"))
+
+
+def test_dead_engine_exits_nonzero_and_acknowledges_nothing(
+    layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path
+) -> None:
+    text = (corpus / "docs" / "legal-common-gpl-3.txt").read_bytes()
+    names = [f"doc-{i}.txt" for i in range(6)]
+    for name in names:
+        drop_file(layout.inbox, name, text[: 3000 + 500 * names.index(name)])
+    layout.write_config(**{"summary.max_summary_tokens": "1024"})
+    daemon = start_daemon()
+    daemon.wait_ready()
+    engine_core = [p for p in daemon.group_processes() if "EngineCor" in p]
+    assert engine_core, daemon.group_processes()
+    os.kill(int(engine_core[0].split(":")[0]), signal.SIGKILL)
+
+    code = daemon.wait_exit(timeout=120)
+    assert code == 1, daemon.log_tail()
+    wait_for(lambda: daemon.group_processes() == [], 30, "the engine's other processes to exit")
+    # The documents in flight were not acknowledged: still in the inbox, no records written.
+    assert layout.inputs_in(layout.inbox) == set(names)
+    assert not layout.names(layout.outbox, ".json")
+    assert not layout.inputs_in(layout.failed)
+    assert any(e.get("event", "").startswith("fatal error") for e in daemon.log_events())

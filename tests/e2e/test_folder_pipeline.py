@@ -1,0 +1,158 @@
+"""The daemon end to end on the folder path, with the real vLLM engine and the tiny model.
+
+One daemon run covers: the start-up scan, files arriving while it runs, every kind of bad input,
+a file written in place while the daemon watches, the result records, the endpoints, the logs,
+and a SIGTERM that exits 0 with no engine process left.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
+
+pytestmark = pytest.mark.engine
+
+GOOD_AT_START = [
+    "legal-common-apache-2.0.txt",
+    "paper-pmc-pone-0000217.txt",  # longer than the context: truncated for now
+    "tech-pydoc-library-stdtypes.txt",  # 212 KB
+]
+GOOD_LATER = [
+    "legal-debian-social-contract.txt",
+    "paper-aclsum-w99-0615.txt",
+    "reg-debian-policy-ch-controlfields.txt",
+]
+BAD_EXPECTED = {
+    "empty.txt": "empty",
+    "whitespace_only.txt": "whitespace_only",
+    "binary_garbage.txt": "binary",
+    "binary_gzip_as_txt.txt": "binary",
+    "invalid_utf8_latin1.txt": "invalid_utf8",
+    "invalid_utf8_midstream.txt": "invalid_utf8",
+    "truncated_utf8_tail.txt": "invalid_utf8",
+    "nul_bytes.txt": "nul_bytes",
+}
+# Odd but valid inputs: they must be summarized.
+ODD_BUT_GOOD = ["utf16_bom.txt", "one_giant_line.txt"]
+MAX_SUMMARY_TOKENS = 32
+
+
+def test_folder_end_to_end(layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path) -> None:
+    inputs: dict[str, bytes] = {}
+    bad_names = sorted(BAD_EXPECTED)
+    # Half of everything is in the inbox before start (start-up scan), half arrives later (watch).
+    at_start = GOOD_AT_START + bad_names[::2] + ODD_BUT_GOOD[:1]
+    later = GOOD_LATER + bad_names[1::2] + ODD_BUT_GOOD[1:]
+    for name in at_start:
+        inputs[name] = _corpus_file(corpus, name).read_bytes()
+        drop_file(layout.inbox, name, inputs[name])
+    # Too large for the configured limit (refused without being read).
+    inputs["too_big.txt"] = b"word " * 250_000
+    drop_file(layout.inbox, "too_big.txt", inputs["too_big.txt"])
+    # Ignored by convention: hidden and temporary names are never read.
+    (layout.inbox / ".still-writing.txt").write_text("not yet")
+    (layout.inbox / "upload.txt.part").write_text("not yet")
+
+    layout.write_config(**{"limits.max_input_bytes": str(1_100_000)})
+    daemon = start_daemon()
+    daemon.wait_ready()
+
+    for name in later:
+        inputs[name] = _corpus_file(corpus, name).read_bytes()
+        drop_file(layout.inbox, name, inputs[name])
+    # A writer that writes in place, slowly: the daemon must wait for the whole file.
+    slow = _corpus_file(corpus, "legal-common-gpl-3.txt").read_bytes()
+    inputs["written-in-place.txt"] = slow
+    with (layout.inbox / "written-in-place.txt").open("wb") as stream:
+        for start in range(0, len(slow), len(slow) // 4 + 1):
+            stream.write(slow[start : start + len(slow) // 4 + 1])
+            stream.flush()
+            time.sleep(0.15)  # under settle_seconds (0.3): the file is still "growing"
+
+    def all_settled() -> bool:
+        return not (set(inputs) & layout.inputs_in(layout.inbox))
+
+    wait_for(all_settled, 300, "every input to leave the inbox")
+
+    # Status and metrics while running.
+    assert daemon.http_get("/healthz")[0] == 200
+    assert daemon.http_get("/readyz")[0] == 200
+    status, metrics = daemon.http_get("/metrics")
+    assert status == 200
+    good_names = GOOD_AT_START + GOOD_LATER + ODD_BUT_GOOD + ["written-in-place.txt"]
+    assert f'docsumd_documents_total{{outcome="ok",source="folder"}} {float(len(good_names))}' in metrics
+    assert 'docsumd_documents_total{outcome="binary",source="folder"} 2.0' in metrics
+    assert "vllm:prompt_tokens_total" in metrics  # the engine's own metrics, same endpoint
+
+    # Stop with SIGTERM: exit 0, no engine process left.
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait_exit() == 0, daemon.log_tail()
+    assert daemon.group_processes() == []
+
+    # Every good input: moved to done, with a complete result.
+    assert layout.inputs_in(layout.done) == set(good_names)
+    for name in good_names:
+        _check_result(layout, name, inputs[name])
+    assert layout.result("written-in-place.txt")["sha256"] == hashlib.sha256(slow).hexdigest()
+    assert layout.result("utf16_bom.txt")["encoding"] in {"utf-16-le", "utf-16-be"}
+    long_result = layout.result("paper-pmc-pone-0000217.txt")
+    assert long_result["truncated"] is True
+    assert long_result["dropped_tokens"] > 0
+    assert long_result["strategy"] == "head"
+    assert layout.result("legal-common-apache-2.0.txt")["truncated"] is False
+
+    # Every bad input: moved to failed, with a failure record giving the reason.
+    expected_failures = {**BAD_EXPECTED, "too_big.txt": "too_large"}
+    assert layout.inputs_in(layout.failed) == set(expected_failures)
+    for name, reason in expected_failures.items():
+        record = layout.error(name)
+        assert record["reason"] == reason, (name, record)
+        assert record["id"] == name
+        assert len(record["message"]) > 10
+        assert (layout.failed / name).read_bytes() == inputs[name]  # the input itself, untouched
+
+    # Nothing else written; ignored files untouched; no temp files left.
+    assert layout.names(layout.outbox) == {f"{n}.summary.json" for n in good_names}
+    assert layout.inputs_in(layout.inbox) == {"upload.txt.part"}
+    assert (layout.inbox / ".still-writing.txt").exists()
+    assert not [p for p in layout.outbox.iterdir() if p.name.startswith(".")]
+
+    # Logs: JSON lines, and every line about a document names it.
+    events = daemon.log_events()
+    per_doc = [e for e in events if e.get("event") in {"document summarized", "document failed"}]
+    assert len(per_doc) == len(good_names) + len(expected_failures)
+    assert all(e.get("doc_id") in inputs for e in per_doc)
+    assert any(e.get("event") == "docsumd stopped" for e in events)
+
+
+def _check_result(layout: Layout, name: str, data: bytes) -> None:
+    result = layout.result(name)
+    assert result["id"] == name
+    assert result["source"] == "folder"
+    assert isinstance(result["summary"], str)
+    assert result["model"] == layout.model.name
+    assert result["sha256"] == hashlib.sha256(data).hexdigest()
+    assert result["input_bytes"] == len(data)
+    assert 0 < result["summary_tokens"] <= MAX_SUMMARY_TOKENS
+    assert result["prompt_tokens"] + MAX_SUMMARY_TOKENS <= 4096
+    assert result["prompt_tokens"] > result["document_tokens"] - result["dropped_tokens"]
+    assert result["truncated"] == (result["dropped_tokens"] > 0)
+    assert result["prompt_version"]
+    for key in ("queued_s", "engine_s", "total_s"):
+        assert result["timings"][key] >= 0
+    json.dumps(result)  # plain JSON all the way down
+
+
+def _corpus_file(corpus: Path, name: str) -> Path:
+    for folder in ("docs", "bad"):
+        if (corpus / folder / name).exists():
+            return corpus / folder / name
+    raise FileNotFoundError(name)

@@ -1,0 +1,130 @@
+"""Stopping and crashing with work in flight: nothing is lost, nothing is acknowledged unfinished.
+
+Real engine, tiny model. Summaries are long enough (hundreds of tokens) that documents are still
+in flight when the test acts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
+
+pytestmark = pytest.mark.engine
+
+
+def _fill_inbox(layout: Layout, corpus: Path, count: int) -> dict[str, bytes]:
+    """``count`` distinct documents cut from the real corpus (2-12 KB each)."""
+    sources = sorted((corpus / "docs").glob("*.txt"))
+    inputs: dict[str, bytes] = {}
+    for index in range(count):
+        text = sources[index % len(sources)].read_text(encoding="utf-8")
+        size = 2000 + (index * 997) % 10_000
+        data = f"Document {index}.\n\n{text[:size]}".encode()
+        name = f"doc-{index:03d}.txt"
+        drop_file(layout.inbox, name, data)
+        inputs[name] = data
+    return inputs
+
+
+def _check_consistent(layout: Layout, inputs: dict[str, bytes]) -> None:
+    """Each input is in exactly one place; acknowledged ones have their complete record."""
+    inbox, done, failed = (
+        layout.inputs_in(layout.inbox),
+        layout.inputs_in(layout.done),
+        layout.inputs_in(layout.failed),
+    )
+    assert inbox | done | failed == set(inputs), "an input went missing"
+    assert len(inbox) + len(done) + len(failed) == len(inputs), "an input is in two places"
+    for name in done:
+        result = layout.result(name)  # parses: never a partial file
+        assert result["sha256"] == hashlib.sha256(inputs[name]).hexdigest()
+    for name in failed:
+        assert layout.error(name)["reason"]
+    for path in layout.outbox.glob("*.summary.json"):
+        json.loads(path.read_text(encoding="utf-8"))
+
+
+def test_sigterm_drains_in_flight_documents(
+    layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path
+) -> None:
+    inputs = _fill_inbox(layout, corpus, 12)
+    layout.write_config(**{"summary.max_summary_tokens": "192", "service.drain_seconds": "240"})
+    daemon = start_daemon()
+    daemon.wait_ready()
+    # All twelve are taken in at once (the in-flight limit is 128); stop while they run.
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait_exit(timeout=300) == 0, daemon.log_tail()
+    assert daemon.group_processes() == []
+    drains = [e for e in daemon.log_events() if e.get("event") == "draining in-flight documents"]
+    assert drains, "no drain happened: nothing was in flight at SIGTERM, so the test proved nothing"
+    assert drains[0]["inflight"] > 0
+    # The drain let every in-flight document finish and be acknowledged.
+    assert layout.inputs_in(layout.done) == set(inputs), daemon.log_tail()
+    _check_consistent(layout, inputs)
+
+
+def test_drain_deadline_aborts_and_leaves_inputs(
+    layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path
+) -> None:
+    inputs = _fill_inbox(layout, corpus, 12)
+    layout.write_config(**{"summary.max_summary_tokens": "1024", "service.drain_seconds": "1"})
+    daemon = start_daemon()
+    daemon.wait_ready()
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait_exit(timeout=120) == 0, daemon.log_tail()
+    assert daemon.group_processes() == []
+    # Unfinished documents were aborted and stay in the inbox, with no result written for them.
+    left = layout.inputs_in(layout.inbox)
+    assert left, "expected documents still unfinished after a 1 s drain"
+    assert not {f"{name}.summary.json" for name in left} & layout.names(layout.outbox)
+    _check_consistent(layout, inputs)
+    assert any(e.get("event", "").startswith("drain deadline passed") for e in daemon.log_events())
+
+
+def test_kill_9_then_restart_loses_nothing(
+    layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path
+) -> None:
+    inputs = _fill_inbox(layout, corpus, 40)
+    inputs["bad-latin1.txt"] = "caf\xe9 cr\xe8me".encode("latin-1") * 100
+    drop_file(layout.inbox, "bad-latin1.txt", inputs["bad-latin1.txt"])
+    # 8 at a time, so the crash finds some done, some in flight and some not started.
+    layout.write_config(**{"summary.max_summary_tokens": "128", "service.max_inflight_documents": "8"})
+    first = start_daemon()
+    first.wait_ready()
+    wait_for(lambda: len(layout.inputs_in(layout.done)) >= 3, 240, "a few results before the crash")
+    first.kill_group()  # kill -9 of the daemon and its engine processes, as a crash plus systemd would
+    assert first.group_processes() == []
+    done_before_crash = layout.inputs_in(layout.done)
+    assert layout.inputs_in(layout.inbox), "the crash came too late: nothing was left to redo"
+    _check_consistent(layout, inputs)
+    # A result written just before the crash, whose input was not yet moved, is simply redone.
+    results_before_crash = {
+        name: layout.result(name)["created_at"]
+        for name in inputs
+        if (layout.outbox / f"{name}.summary.json").exists()
+    }
+
+    second = start_daemon()
+    second.wait_ready()
+    wait_for(lambda: not layout.inputs_in(layout.inbox), 300, "the restarted daemon to finish the backlog")
+    second.signal(signal.SIGTERM)
+    assert second.wait_exit() == 0, second.log_tail()
+
+    _check_consistent(layout, inputs)
+    assert layout.inputs_in(layout.failed) == {"bad-latin1.txt"}
+    assert layout.inputs_in(layout.done) == set(inputs) - {"bad-latin1.txt"}
+    assert done_before_crash <= layout.inputs_in(layout.done)
+    # Documents acknowledged before the crash were not summarized again.
+    for name in done_before_crash:
+        assert layout.result(name)["created_at"] == results_before_crash[name]
+    redone = [n for n, created in results_before_crash.items() if n not in done_before_crash]
+    print(
+        f"kill -9: {len(done_before_crash)} done before the crash, {len(redone)} results rewritten on restart"
+    )

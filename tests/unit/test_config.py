@@ -1,0 +1,239 @@
+"""Unit tests for daemon.config (load_config, validation, env overrides) and ``docsumd check-config``."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from daemon.cli import main
+from daemon.config import Config, ConfigError, load_config
+
+EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "docsumd.toml"
+
+MINIMAL = """
+[engine]
+model = "some-org/some-model"
+"""
+
+
+@pytest.fixture
+def example_config(tmp_path: Path) -> Path:
+    """The shipped example config, copied into its own folder."""
+    folder = tmp_path / "etc"
+    folder.mkdir()
+    return Path(shutil.copy(EXAMPLE_CONFIG, folder / "docsumd.toml"))
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "docsumd.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _config_error(path: Path) -> str:
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    return str(caught.value)
+
+
+# -- the example file ------------------------------------------------------------------------------
+
+
+def test_example_config_loads_with_its_values(example_config: Path) -> None:
+    config = load_config(example_config)
+    assert config.engine.max_model_len == 4096
+    assert config.engine.max_num_seqs == 64
+    assert config.engine.kv_cache_memory_bytes == 1073741824
+    assert config.engine.enforce_eager is True
+    assert config.summary.max_summary_tokens == 256
+    assert config.metrics.port == 9400
+    assert config.inflight_documents == 128  # 2 x max_num_seqs when not set
+
+
+def test_relative_folders_resolve_against_the_config_files_folder(
+    example_config: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a working directory other than the config's folder
+    folder = load_config(example_config).sources.folder
+    assert folder is not None
+    base = example_config.parent.resolve()
+    assert folder.inbox == base / "var" / "inbox"
+    assert folder.outbox == base / "var" / "outbox"
+    assert folder.done == base / "var" / "done"
+    assert folder.failed == base / "var" / "failed"
+
+
+def test_relative_model_path_starting_with_dot_is_made_absolute(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, '[engine]\nmodel = "./models/tiny"\n'))
+    assert config.engine.model == str(tmp_path.resolve() / "models" / "tiny")
+
+
+def test_model_id_is_kept_as_it_is(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, '[engine]\nmodel = "Qwen/Qwen2.5-7B-Instruct"\n'))
+    assert config.engine.model == "Qwen/Qwen2.5-7B-Instruct"
+    assert config.engine.model_name == "Qwen2.5-7B-Instruct"
+
+
+def test_absolute_folders_are_kept(tmp_path: Path) -> None:
+    inbox, outbox, done, failed = (str(tmp_path / name) for name in ("in", "out", "done", "failed"))
+    folder = load_config(_write(tmp_path, MINIMAL + _folders(inbox, outbox, done, failed))).sources.folder
+    assert folder is not None
+    assert (str(folder.inbox), str(folder.outbox)) == (inbox, outbox)
+
+
+# -- environment overrides -------------------------------------------------------------------------
+
+
+def test_environment_override_wins_over_the_file(
+    example_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCSUMD_ENGINE__MAX_MODEL_LEN", "8192")
+    config = load_config(example_config)
+    assert config.engine.max_model_len == 8192
+    assert config.engine.max_num_seqs == 64  # the rest of the file's [engine] section is kept
+
+
+def test_invalid_environment_override_is_a_config_error(
+    example_config: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCSUMD_ENGINE__MAX_MODEL_LEN", "lots")
+    message = _config_error(example_config)
+    assert "engine.max_model_len" in message
+    assert "DOCSUMD_" in message  # the message tells how overrides are spelled
+
+
+# -- invalid files ---------------------------------------------------------------------------------
+
+
+def test_unknown_key_is_named_in_the_error(tmp_path: Path) -> None:
+    message = _config_error(_write(tmp_path, MINIMAL + "max_modle_len = 8192\n"))
+    assert "engine.max_modle_len" in message
+    assert "Extra inputs are not permitted" in message
+
+
+def test_unknown_section_is_named_in_the_error(tmp_path: Path) -> None:
+    message = _config_error(_write(tmp_path, MINIMAL + "[sumary]\nmax_summary_tokens = 10\n"))
+    assert "sumary" in message
+
+
+def test_wrong_type_is_a_config_error(tmp_path: Path) -> None:
+    message = _config_error(_write(tmp_path, MINIMAL + 'max_model_len = "big"\n'))
+    assert "engine.max_model_len" in message
+    assert "integer" in message
+
+
+def test_out_of_range_value_is_a_config_error(tmp_path: Path) -> None:
+    message = _config_error(_write(tmp_path, MINIMAL + "max_model_len = 16\n"))
+    assert "engine.max_model_len" in message
+
+
+def test_sources_of_wrong_type_is_a_config_error(tmp_path: Path) -> None:
+    path = _write(tmp_path, 'sources = "x"\n' + MINIMAL)
+    message = _config_error(path)
+    assert "sources" in message
+
+
+def test_missing_engine_section_is_a_config_error(tmp_path: Path) -> None:
+    message = _config_error(_write(tmp_path, "[summary]\nmax_summary_tokens = 10\n"))
+    assert "engine" in message
+    assert "Field required" in message
+
+
+def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "nope.toml"
+    assert _config_error(path) == f"{path}: no such config file"
+
+
+def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
+    path = _write(tmp_path, "[engine\nmodel = 'x'\n")
+    message = _config_error(path)
+    assert message.startswith(f"{path}: not valid TOML")
+
+
+def test_non_utf8_file_is_a_config_error(tmp_path: Path) -> None:
+    path = tmp_path / "latin1.toml"
+    path.write_bytes(b'[engine]\nmodel = "caf\xe9"\n')
+    assert _config_error(path).startswith(f"{path}: cannot read")
+
+
+def test_summary_tokens_too_large_for_the_context(tmp_path: Path) -> None:
+    text = MINIMAL + "max_model_len = 1024\n[summary]\nmax_summary_tokens = 769\n"
+    message = _config_error(_write(tmp_path, text))
+    assert "max_summary_tokens (769)" in message
+    assert "max_model_len (1024)" in message
+
+
+def test_summary_tokens_at_three_quarters_of_the_context_is_allowed(tmp_path: Path) -> None:
+    text = MINIMAL + "max_model_len = 1024\n[summary]\nmax_summary_tokens = 768\n"
+    assert load_config(_write(tmp_path, text)).summary.max_summary_tokens == 768
+
+
+def test_batched_tokens_must_cover_context_without_chunked_prefill(tmp_path: Path) -> None:
+    text = MINIMAL + "max_model_len = 8192\nmax_num_batched_tokens = 4096\nenable_chunked_prefill = false\n"
+    assert "max_num_batched_tokens must be >= max_model_len" in _config_error(_write(tmp_path, text))
+
+
+def _folders(inbox: str, outbox: str, done: str = "done", failed: str = "failed") -> str:
+    return f'[sources.folder]\ninbox = "{inbox}"\noutbox = "{outbox}"\ndone = "{done}"\nfailed = "{failed}"\n'
+
+
+def test_inbox_equal_to_outbox_is_a_config_error(tmp_path: Path) -> None:
+    message = _config_error(_write(tmp_path, MINIMAL + _folders("box", "box")))
+    assert "four different folders" in message
+
+
+def test_same_folder_spelled_differently_is_a_config_error(tmp_path: Path) -> None:
+    message = _config_error(_write(tmp_path, MINIMAL + _folders("box", "./other/../box")))
+    assert "four different folders" in message
+
+
+def test_outbox_inside_inbox_is_a_config_error(tmp_path: Path) -> None:
+    message = _config_error(_write(tmp_path, MINIMAL + _folders("in", "in/out")))
+    assert "must not lie inside the inbox" in message
+
+
+def test_require_source_without_folder_section_raises(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, MINIMAL))
+    assert config.sources.folder is None
+    with pytest.raises(ConfigError, match=r"\[sources\.folder\]"):
+        config.require_source()
+
+
+def test_require_source_with_folder_section_passes(example_config: Path) -> None:
+    config: Config = load_config(example_config)
+    config.require_source()
+    assert config.sources.folder is not None
+
+
+# -- docsumd check-config --------------------------------------------------------------------------
+
+
+def test_check_config_prints_effective_config_as_json(
+    example_config: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("DOCSUMD_ENGINE__MAX_MODEL_LEN", "8192")
+    assert main(["check-config", str(example_config)]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["engine"]["max_model_len"] == 8192
+    assert printed["summary"]["max_summary_tokens"] == 256
+    assert printed["sources"]["folder"]["inbox"] == str(example_config.parent.resolve() / "var" / "inbox")
+
+
+def test_check_config_on_invalid_file_exits_2_with_message_on_stderr(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, MINIMAL + "max_modle_len = 1\n")
+    assert main(["check-config", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert captured.err.startswith(f"docsumd: {path}: invalid configuration")
+    assert "engine.max_modle_len" in captured.err
+
+
+def test_check_config_on_missing_file_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "missing.toml"
+    assert main(["check-config", str(path)]) == 2
+    assert capsys.readouterr().err == f"docsumd: {path}: no such config file\n"

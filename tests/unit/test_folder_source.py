@@ -1,0 +1,538 @@
+"""Unit tests for daemon.sources.folder.FolderSource with real temporary folders (no engine).
+
+Waits are bounded (``WAIT`` seconds) so a hang fails instead of blocking CI; no assertion depends on how
+fast the machine is. Settling is tested with a fake clock where exact timing matters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from daemon.config import FolderSourceConfig
+from daemon.documents import DocumentError
+from daemon.sinks.folder import FolderSink
+from daemon.sources import folder as folder_module
+from daemon.sources.folder import FolderSource, is_candidate_name
+from daemon.work import WorkItem
+
+WAIT = 10.0  # upper bound for anything that should happen "soon"
+SETTLE = 0.2
+PROBE_PREFIX = "probe-"
+
+
+def make_config(tmp_path: Path, *, settle: float = SETTLE, rescan: float = 3600.0) -> FolderSourceConfig:
+    return FolderSourceConfig(
+        inbox=tmp_path / "inbox",
+        outbox=tmp_path / "outbox",
+        done=tmp_path / "done",
+        failed=tmp_path / "failed",
+        settle_seconds=settle,
+        rescan_seconds=rescan,
+    )
+
+
+def make_source(config: FolderSourceConfig, *, max_input_bytes: int = 1 << 20) -> FolderSource:
+    return FolderSource(config, FolderSink(config.outbox, config.failed), max_input_bytes=max_input_bytes)
+
+
+def write_old(path: Path, data: bytes = b"some text\n", *, age: float = 600.0) -> Path:
+    """Write ``path`` with an mtime ``age`` seconds in the past (settled at first look)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    stamp = time.time() - age
+    os.utime(path, (stamp, stamp))
+    return path
+
+
+def tmp_files(root: Path) -> list[Path]:
+    return sorted(root.rglob("*.tmp"))
+
+
+class Collector:
+    """Pulls work items into a queue, so a bounded wait does not kill the source's generator."""
+
+    def __init__(self, source: FolderSource) -> None:
+        self.source = source
+        self.queue: asyncio.Queue[tuple[WorkItem, float]] = asyncio.Queue()
+        self.task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        async for item in self.source.items():
+            self.queue.put_nowait((item, time.monotonic()))
+
+    async def next_timed(self, wait: float = WAIT) -> tuple[WorkItem, float]:
+        """The next item that is not a watcher probe, and when it was handed out."""
+        while True:
+            item, at = await asyncio.wait_for(self.queue.get(), wait)
+            if not item.id.startswith(PROBE_PREFIX):
+                return item, at
+
+    async def next(self, wait: float = WAIT) -> WorkItem:
+        return (await self.next_timed(wait))[0]
+
+    async def wait_until_watching(self, inbox: Path) -> None:
+        """Drop probe files until one is handed out: from then on the watcher sees new files."""
+        deadline = time.monotonic() + WAIT
+        for number in range(1_000_000):
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the inbox watcher did not report a new file within {WAIT} s")
+            write_old(inbox / f"{PROBE_PREFIX}{number}.txt")
+            try:
+                item, _ = await asyncio.wait_for(self.queue.get(), 0.3)
+            except TimeoutError:
+                continue
+            assert item.id.startswith(PROBE_PREFIX)
+            return
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+# -- names -----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "candidate"),
+    [
+        ("report.txt", True),
+        ("contract", True),
+        ("notes.tmp.txt", True),
+        (".hidden.txt", False),
+        (".report.txt.tmp", False),
+        ("report.txt.tmp", False),
+        ("report.txt.part", False),
+        ("report.txt.partial", False),
+        ("report.txt.crdownload", False),
+        ("report.txt.swp", False),
+    ],
+)
+def test_is_candidate_name(name: str, candidate: bool) -> None:
+    assert is_candidate_name(name) is candidate
+
+
+# -- start-up scan ---------------------------------------------------------------------------------
+
+
+async def test_startup_scan_hands_out_existing_files_oldest_first(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "b.txt", age=300)
+    write_old(config.inbox / "a.txt", age=200)
+    write_old(config.inbox / "c.txt", age=100)
+    async with make_source(config) as source:
+        assert source.backlog == 3
+        collector = Collector(source)
+        try:
+            ids = [(await collector.next()).id for _ in range(3)]
+        finally:
+            await collector.close()
+    assert ids == ["b.txt", "a.txt", "c.txt"]
+
+
+async def test_startup_scan_ignores_hidden_temporary_and_non_regular_entries(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    for name in (".hidden.txt", "x.tmp", "y.part", "z.partial", "d.crdownload", "e.swp"):
+        write_old(config.inbox / name, age=900)  # older than doc.txt: they would come first
+    (config.inbox / "subdir").mkdir()
+    os.symlink(write_old(tmp_path / "elsewhere.txt", age=900), config.inbox / "link.txt")
+    write_old(config.inbox / "doc.txt", age=10)
+    async with make_source(config) as source:
+        assert source.backlog == 1
+        collector = Collector(source)
+        try:
+            item = await collector.next()
+        finally:
+            await collector.close()
+        assert item.id == "doc.txt"
+        assert source.backlog == 0
+
+
+async def test_item_loads_the_file_bytes_and_names_the_file(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "doc.txt", b"The contract text.\n")
+    async with make_source(config) as source:
+        collector = Collector(source)
+        try:
+            item = await collector.next()
+        finally:
+            await collector.close()
+    assert (item.id, item.source, item.metadata) == ("doc.txt", "folder", {"file_name": "doc.txt"})
+    assert await item.load() == b"The contract text.\n"
+
+
+async def test_item_load_refuses_too_large_file(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "big.txt", b"x" * 101)
+    async with make_source(config, max_input_bytes=100) as source:
+        collector = Collector(source)
+        try:
+            item = await collector.next()
+        finally:
+            await collector.close()
+    with pytest.raises(DocumentError) as caught:
+        await item.load()
+    assert caught.value.reason == "too_large"
+
+
+# -- settling --------------------------------------------------------------------------------------
+
+
+class FakeClock:
+    """Stands in for the ``time`` module inside daemon.sources.folder."""
+
+    def __init__(self) -> None:
+        self.mono = 1000.0
+        self.wall = 1_700_000_000.0
+
+    def monotonic(self) -> float:
+        return self.mono
+
+    def time(self) -> float:
+        return self.wall
+
+    def advance(self, seconds: float) -> None:
+        self.mono += seconds
+        self.wall += seconds
+
+
+def _write_at(path: Path, data: bytes, clock: FakeClock, *, append: bool = False) -> None:
+    with path.open("ab" if append else "wb") as stream:
+        stream.write(data)
+    os.utime(path, ns=(int(clock.wall * 1e9), int(clock.wall * 1e9)))
+
+
+def test_growing_file_is_handed_out_only_after_settle_seconds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(folder_module, "time", clock)
+    config = make_config(tmp_path, settle=1.0, rescan=1e9)
+    config.inbox.mkdir()
+    source = make_source(config)
+    path = config.inbox / "grow.txt"
+    _write_at(path, b"part one\n", clock)  # mtime == now: a fresh file
+
+    source._scan()
+    assert source._next_ready() is None
+    clock.advance(0.6)
+    _write_at(path, b"part two\n", clock, append=True)  # still growing
+    assert source._next_ready() is None
+    clock.advance(0.9)  # 0.9 s since the last change: not yet
+    assert source._next_ready() is None
+    clock.advance(0.2)  # 1.1 s since the last change
+    assert source._next_ready() == "grow.txt"
+    assert source.backlog == 0
+
+
+def test_old_file_is_ready_at_first_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    clock = FakeClock()
+    monkeypatch.setattr(folder_module, "time", clock)
+    config = make_config(tmp_path, settle=1.0, rescan=1e9)
+    config.inbox.mkdir()
+    source = make_source(config)
+    _write_at(config.inbox / "old.txt", b"text\n", clock)
+    clock.advance(5.0)  # written five seconds before the source first sees it
+    source._scan()
+    assert source._next_ready() == "old.txt"
+
+
+async def test_growing_file_waits_settle_seconds_after_its_last_write(tmp_path: Path) -> None:
+    settle = 0.5
+    config = make_config(tmp_path, settle=settle)
+    async with make_source(config) as source:
+        collector = Collector(source)
+        try:
+            await collector.wait_until_watching(config.inbox)
+            path = config.inbox / "growing.txt"
+            write_times: list[float] = []
+            for number in range(15):
+                with path.open("ab") as stream:
+                    stream.write(f"line {number}\n".encode())
+                write_times.append(time.monotonic())
+                await asyncio.sleep(0.03)
+            item, handed_out_at = await collector.next_timed()
+        finally:
+            await collector.close()
+    assert item.id == "growing.txt"
+    last_write_before = max(at for at in write_times if at <= handed_out_at)
+    # 50 ms of slack: file mtimes come from the kernel's coarse clock.
+    assert handed_out_at - last_write_before >= settle - 0.05
+
+
+def test_file_removed_while_settling_is_forgotten(tmp_path: Path) -> None:
+    config = make_config(tmp_path, settle=1.0)
+    config.inbox.mkdir()
+    source = make_source(config)
+    path = config.inbox / "brief.txt"
+    path.write_text("fresh\n")
+    source._scan()
+    assert source.backlog == 1
+    path.unlink()
+    assert source._next_ready() is None
+    assert source.backlog == 0
+    path.write_text("again\n")  # the same name may come back and must be seen again
+    source._scan()
+    assert source.backlog == 1
+
+
+# -- watching --------------------------------------------------------------------------------------
+
+
+async def test_files_dropped_after_start_are_picked_up_by_the_watcher(tmp_path: Path) -> None:
+    config = make_config(tmp_path, rescan=3600.0)  # no rescan: only the watcher can find them
+    async with make_source(config) as source:
+        collector = Collector(source)
+        try:
+            await collector.wait_until_watching(config.inbox)
+            staged = config.inbox / ".renamed.txt.tmp"
+            staged.write_bytes(b"renamed into place\n")
+            staged.rename(config.inbox / "renamed.txt")
+            (config.inbox / "in-place.txt").write_bytes(b"written in place\n")
+            items = {item.id: item for item in [await collector.next(), await collector.next()]}
+        finally:
+            await collector.close()
+    assert set(items) == {"renamed.txt", "in-place.txt"}
+    assert await items["renamed.txt"].load() == b"renamed into place\n"
+
+
+async def test_ignored_files_dropped_after_start_are_not_handed_out(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    async with make_source(config) as source:
+        collector = Collector(source)
+        try:
+            await collector.wait_until_watching(config.inbox)
+            for name in (".hidden.txt", "upload.txt.part", "copy.txt.tmp"):
+                write_old(config.inbox / name)  # old mtimes: they would be ready before real.txt
+            (config.inbox / "real.txt").write_bytes(b"real\n")
+            item = await collector.next()
+        finally:
+            await collector.close()
+    assert item.id == "real.txt"
+
+
+async def test_directory_created_after_start_is_not_handed_out(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    async with make_source(config) as source:
+        collector = Collector(source)
+        try:
+            await collector.wait_until_watching(config.inbox)
+            subdir = config.inbox / "subdir"
+            subdir.mkdir()
+            os.utime(subdir, (time.time() - 600, time.time() - 600))  # would be ready before real.txt
+            (config.inbox / "real.txt").write_bytes(b"real\n")
+            item = await collector.next()
+        finally:
+            await collector.close()
+    assert item.id == "real.txt"
+
+
+async def test_file_created_right_after_start_is_picked_up(tmp_path: Path) -> None:
+    config = make_config(tmp_path, rescan=3600.0)
+    async with make_source(config) as source:
+        (config.inbox / "early.txt").write_bytes(b"early\n")  # before the watcher task first runs
+        collector = Collector(source)
+        try:
+            item = await collector.next(wait=5.0)
+        finally:
+            await collector.close()
+    assert item.id == "early.txt"
+
+
+async def test_periodic_rescan_finds_files_without_the_watcher(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def no_watch(self: FolderSource) -> None:
+        await asyncio.sleep(3600)
+
+    monkeypatch.setattr(FolderSource, "_watch", no_watch)
+    config = make_config(tmp_path, rescan=0.1)
+    async with make_source(config) as source:
+        collector = Collector(source)
+        try:
+            write_old(config.inbox / "late.txt")
+            item = await collector.next()
+        finally:
+            await collector.close()
+    assert item.id == "late.txt"
+
+
+# -- in flight -------------------------------------------------------------------------------------
+
+
+def test_rescans_do_not_hand_out_a_file_twice(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "a.txt")
+    source = make_source(config)
+    source._scan()
+    assert source._next_ready() == "a.txt"
+    source._scan()
+    source._scan()
+    assert source._next_ready() is None
+    assert source.backlog == 0
+
+
+async def test_file_in_flight_is_not_handed_out_again(tmp_path: Path) -> None:
+    config = make_config(tmp_path, rescan=0.05)  # rescans all the time
+    write_old(config.inbox / "a.txt", age=900)
+    async with make_source(config) as source:
+        collector = Collector(source)
+        try:
+            first = await collector.next()
+            assert first.id == "a.txt"
+            write_old(config.inbox / "a.txt", b"touched while in flight\n", age=800)  # events + new mtime
+            await asyncio.sleep(0.3)  # several rescans
+            (config.inbox / "b.txt").write_bytes(b"b\n")  # fresh: a second a.txt would be ready first
+            second = await collector.next()
+        finally:
+            await collector.close()
+    assert second.id == "b.txt"
+
+
+async def test_completed_name_can_arrive_again(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "a.txt", b"first\n")
+    async with make_source(config) as source:
+        collector = Collector(source)
+        try:
+            first = await collector.next()
+            await first.complete({"n": 1})
+            await collector.wait_until_watching(config.inbox)
+            (config.inbox / "a.txt").write_bytes(b"second\n")
+            second = await collector.next()
+        finally:
+            await collector.close()
+    assert second.id == "a.txt"
+    assert await second.load() == b"second\n"
+
+
+# -- acknowledgement -------------------------------------------------------------------------------
+
+
+async def test_complete_writes_result_and_moves_input_to_done(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "doc.txt", b"contract\n")
+    async with make_source(config) as source:
+        collector = Collector(source)
+        try:
+            item = await collector.next()
+        finally:
+            await collector.close()
+        await item.complete({"id": "doc.txt", "summary": "Ein Vertrag."})
+    result = config.outbox / "doc.txt.summary.json"
+    assert json.loads(result.read_text(encoding="utf-8")) == {"id": "doc.txt", "summary": "Ein Vertrag."}
+    assert (config.done / "doc.txt").read_bytes() == b"contract\n"
+    assert not (config.inbox / "doc.txt").exists()
+    assert not (config.failed / "doc.txt.error.json").exists()
+    assert tmp_files(tmp_path) == []
+
+
+async def test_fail_writes_error_record_and_moves_input_to_failed(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "bad.txt", b"\x00\x01\x02")
+    async with make_source(config) as source:
+        collector = Collector(source)
+        try:
+            item = await collector.next()
+        finally:
+            await collector.close()
+        await item.fail({"id": "bad.txt", "reason": "binary"})
+    record = config.failed / "bad.txt.error.json"
+    assert json.loads(record.read_text(encoding="utf-8")) == {"id": "bad.txt", "reason": "binary"}
+    assert (config.failed / "bad.txt").read_bytes() == b"\x00\x01\x02"
+    assert not (config.inbox / "bad.txt").exists()
+    assert not (config.outbox / "bad.txt.summary.json").exists()
+    assert tmp_files(tmp_path) == []
+
+
+async def test_item_can_be_completed_after_stop(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "doc.txt")
+    source = make_source(config)
+    await source.start()
+    collector = Collector(source)
+    try:
+        item = await collector.next()
+    finally:
+        await collector.close()
+    await source.stop()
+    await item.complete({"ok": True})
+    assert (config.done / "doc.txt").exists()
+    assert (config.outbox / "doc.txt.summary.json").exists()
+
+
+# -- start and stop --------------------------------------------------------------------------------
+
+
+async def test_start_creates_the_folders(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    async with make_source(config):
+        assert all(path.is_dir() for path in (config.inbox, config.outbox, config.done, config.failed))
+
+
+async def test_stop_is_idempotent_and_ends_items(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    source = make_source(config)
+    await source.start()
+    collector = Collector(source)
+    await asyncio.sleep(0)  # let the collector start waiting
+    await source.stop()
+    await source.stop()
+    await asyncio.wait_for(collector.task, WAIT)  # the items() loop ended by itself
+    assert source.started is False
+    assert source._watcher is None
+    assert collector.queue.empty()
+
+
+async def test_stop_before_start_is_harmless(tmp_path: Path) -> None:
+    source = make_source(make_config(tmp_path))
+    await source.stop()
+    assert source.started is False
+
+
+async def test_start_twice_is_harmless(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "a.txt")
+    source = make_source(config)
+    await source.start()
+    watcher = source._watcher
+    await source.start()
+    try:
+        assert source._watcher is watcher
+        assert source.backlog == 1
+        collector = Collector(source)
+        try:
+            first = await collector.next()
+            write_old(config.inbox / "b.txt", age=1)
+            source._scan()
+            second = await collector.next()
+        finally:
+            await collector.close()
+    finally:
+        await source.stop()
+    assert [first.id, second.id] == ["a.txt", "b.txt"]
+
+
+async def test_source_can_be_restarted_after_stop(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    source = make_source(config)
+    await source.start()
+    await source.stop()
+    write_old(config.inbox / "after.txt")
+    await source.start()
+    try:
+        collector = Collector(source)
+        try:
+            item = await collector.next()
+        finally:
+            await collector.close()
+    finally:
+        await source.stop()
+    assert item.id == "after.txt"

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Static checks: ruff (lint and format) and mypy --strict, as configured in pyproject.toml.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/setup-venv.sh
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+.venv/bin/mypy

@@ -144,6 +144,7 @@ def _report(
         "engine_start_s": engine["start_s"],
         "processing_s": round(busy_s, 3),
         "docs_per_s": round(docs / busy_s, 3),
+        "truncated": sum(1 for r in results if r["truncated"]),
         "prompt_tokens": sum(r["prompt_tokens"] for r in results),
         "summary_tokens": sum(r["summary_tokens"] for r in results),
         "prompt_tokens_per_s": round(sum(r["prompt_tokens"] for r in results) / busy_s, 1),

@@ -41,6 +41,7 @@ def main() -> int:
         "--config", type=Path, default=REPO / "docsumd.toml", help="config to take the engine from"
     )
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "sample_run.json")
+    parser.add_argument("--log", type=Path, default=None, help="keep a copy of the daemon's log here")
     args = parser.parse_args()
 
     docs = sorted(args.docs.glob("*.txt"))
@@ -77,6 +78,8 @@ def main() -> int:
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+        if args.log is not None:
+            shutil.copy(log_path, args.log)
 
     events = [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
     results = [json.loads(p.read_text()) for p in sorted((work / "outbox").glob("*.summary.json"))]

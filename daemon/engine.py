@@ -146,12 +146,31 @@ class Engine:
         log.info("engine starting", model=self.config.model, max_model_len=self.config.max_model_len)
         try:
             # from_engine_args blocks for the whole start-up; a thread keeps the event loop (health
-            # endpoint, signal handling) responsive meanwhile.
-            self._llm = await asyncio.to_thread(self._build)
+            # endpoint, signal handling) responsive meanwhile. The engine comes back through a list,
+            # not as the thread's result: finished futures and the worker's frame would otherwise
+            # keep it alive past stop(), until interpreter teardown, where its __del__ fails noisily.
+            built: list[Any] = []
+            await asyncio.to_thread(lambda: built.append(self._build()))
+            self._llm = built.pop()
         except Exception as exc:
             raise EngineDeadError(f"engine failed to start: {exc}") from exc
+        await self._warm_up()
         self.start_seconds = time.monotonic() - started
         log.info("engine ready", start_s=round(self.start_seconds, 2))
+
+    async def _warm_up(self) -> None:
+        """One tiny request before declaring the engine ready.
+
+        It proves the engine serves requests, pays first-request costs up front, and starts vLLM's
+        output-handler task here, outside any document's logging context (a task inherits the
+        context it is created in, so otherwise its log lines would carry the first document's id).
+        """
+        from vllm import SamplingParams
+
+        try:
+            await self.generate(list(range(1, 9)), SamplingParams(max_tokens=1), "docsumd-warm-up")
+        except EngineError as exc:
+            raise EngineDeadError(f"engine failed its warm-up request: {exc}") from exc
 
     def _build(self) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,7 +105,11 @@ def load_tokenizer(config: EngineConfig) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(
-        config.tokenizer or config.model, trust_remote_code=config.trust_remote_code
+        config.tokenizer or config.model,
+        trust_remote_code=config.trust_remote_code,
+        # Documents are longer than the model on purpose: we fit them to the context ourselves, so
+        # transformers' "sequence length is longer than the maximum" warning would only be noise.
+        model_max_length=sys.maxsize,
     )
 
 

@@ -57,8 +57,6 @@ def configure_logging(
     vllm_logger.propagate = True
     for noisy in ("aiohttp.access", "httpx", "filelock", "watchfiles"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
-    # transformers warns that long documents exceed the model's length: we fit them ourselves.
-    logging.getLogger("transformers").setLevel(logging.ERROR)
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:

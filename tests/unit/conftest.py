@@ -7,8 +7,7 @@ from typing import Any
 
 import pytest
 
-# tests/unit/conftest.py -> parents[2] is the repository root; the corpus lives in shared/ beside it.
-CORPUS_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"
+from tests.corpus import CORPUS_DIR
 
 
 @pytest.fixture(autouse=True)

@@ -24,25 +24,9 @@ from daemon.documents import (
     decode_text,
     read_input_file,
 )
+from tests.corpus import BAD_CORPUS_DECODABLE, BAD_CORPUS_REASONS, CORPUS_DIR
 
-CORPUS_DIR = Path(__file__).resolve().parents[2] / ".." / "shared" / "corpus"
 LIMIT = 16 * 1024 * 1024
-
-# What each file of shared/corpus/bad must give: a refusal reason, or "ok" with the allowed encodings.
-BAD_CORPUS_REASONS = {
-    "empty.txt": "empty",
-    "whitespace_only.txt": "whitespace_only",
-    "binary_garbage.txt": "binary",
-    "binary_gzip_as_txt.txt": "binary",
-    "invalid_utf8_latin1.txt": "invalid_utf8",
-    "invalid_utf8_midstream.txt": "invalid_utf8",
-    "truncated_utf8_tail.txt": "invalid_utf8",
-    "nul_bytes.txt": "nul_bytes",
-}
-BAD_CORPUS_DECODABLE = {
-    "utf16_bom.txt": {"utf-16-le", "utf-16-be"},
-    "one_giant_line.txt": {"utf-8"},
-}
 
 
 def _corpus(*parts: str) -> Path:

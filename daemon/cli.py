@@ -45,7 +45,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="docsumd",
-        description="Summarize long documents with vLLM: a service over watched folders (and Kafka), "
+        description="Summarize long documents with vLLM: a service over a watched folder, "
         "or a one-shot command over files.",
     )
     parser.add_argument("--version", action="version", version=f"docsumd {__version__}")

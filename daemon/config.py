@@ -258,6 +258,8 @@ def _describe_validation_error(config_path: Path, exc: ValidationError) -> str:
     lines = [f"{config_path}: invalid configuration ({exc.error_count()} problem(s)):"]
     for error in exc.errors():
         where = ".".join(str(part) for part in error["loc"]) or "(top level)"
-        lines.append(f"  {where}: {error['msg']}")
+        given = error.get("input")
+        shown = f" (got {given!r})" if error["type"] != "missing" and not isinstance(given, dict) else ""
+        lines.append(f"  {where}: {error['msg']}{shown}")
     lines.append(f"  (environment overrides use {ENV_PREFIX}SECTION__KEY, e.g. {ENV_PREFIX}ENGINE__MODEL)")
     return "\n".join(lines)

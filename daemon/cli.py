@@ -176,9 +176,18 @@ async def _serve(config: Config) -> int:
     _install_signal_handlers(service.request_stop)
     try:
         await service.run()
-    except FatalError:
+    except FatalError as exc:
+        _log_fatal(exc)
         return EXIT_FATAL
     return EXIT_OK
+
+
+def _log_fatal(exc: Exception) -> None:
+    from daemon.logging import get_logger
+
+    get_logger("daemon.cli").error(
+        "docsumd exiting after a fatal error", error=str(exc), exit_code=EXIT_FATAL
+    )
 
 
 async def _summarize(config: Config, files: list[Path], outbox: Path, *, progress: bool) -> int:
@@ -202,7 +211,8 @@ async def _summarize(config: Config, files: list[Path], outbox: Path, *, progres
     _install_signal_handlers(service.request_stop)
     try:
         await service.run()
-    except FatalError:
+    except FatalError as exc:
+        _log_fatal(exc)
         return EXIT_FATAL
     finally:
         bar.close()

@@ -141,7 +141,11 @@ class Engine:
         return self._llm is not None and not self._stopped and not self._llm.errored
 
     async def start(self) -> None:
-        """Build the engine (seconds to minutes: weights load, KV cache is allocated, workers start)."""
+        """Build the engine (seconds to minutes: weights load, KV cache is allocated, workers start).
+
+        Raises :class:`~daemon.config.ConfigError` for a model folder that does not exist, and
+        :class:`EngineDeadError` if vLLM fails to start.
+        """
         if self._llm is not None:
             return
         if self._stopped:
@@ -276,7 +280,8 @@ def _check_model_path(model: str) -> None:
     path = Path(model)
     looks_local = path.is_absolute() or model.startswith((".", "~")) or model.count("/") != 1
     if looks_local and not path.exists():
-        raise EngineDeadError(
+        # A configuration problem, not a crash: restarting would not help (exit code 2, not 1).
+        raise ConfigError(
             f"model folder {model!r} does not exist (build the demo model with "
             "'docsumd make-tiny-model DIR', or set engine.model to a model folder or id)"
         )

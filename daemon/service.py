@@ -147,7 +147,11 @@ class Service:
         """Run until a stop is requested (returns) or a fatal error (raises :class:`FatalError`)."""
         try:
             if self.metrics is not None:
-                await self.metrics.start()
+                try:
+                    await self.metrics.start()
+                except OSError as exc:
+                    where = f"{self.metrics.host}:{self.metrics.port}"
+                    raise FatalError(f"cannot serve metrics on {where}: {exc.strerror or exc}") from exc
             await self._start_engine()
             if self._stop_requested.is_set():
                 return

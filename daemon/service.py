@@ -159,6 +159,7 @@ class Service:
                 await source.start()
             self._ready = True
             READY.set(1)
+            QUEUED.set(sum(source.backlog for source in self.sources))
             log.info("docsumd ready", inflight_limit=self.config.inflight_documents)
             async with asyncio.TaskGroup() as group:
                 pumps = [group.create_task(self._pump(source), name="pump") for source in self.sources]

@@ -18,9 +18,13 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from daemon import __version__
-from daemon.config import Config, ConfigError, SummaryConfig, load_config
+from daemon.config import Config, ConfigError, load_config
+
+if TYPE_CHECKING:  # the service module imports the engine's dependencies: load it only to run
+    from daemon.service import Service
 
 EXIT_OK = 0
 EXIT_FATAL = 1
@@ -113,7 +117,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     config.require_source()
     _prepare_process(config)
-    check_platform_support(config.summary)
     return asyncio.run(_serve(config))
 
 
@@ -125,7 +128,6 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     # One-shot runs serve no metrics endpoint (a running daemon may hold the port).
     config = config.model_copy(update={"metrics": config.metrics.model_copy(update={"enabled": False})})
     _prepare_process(config)
-    check_platform_support(config.summary)
     return asyncio.run(_summarize(config, list(args.files), outbox, progress=not args.no_progress))
 
 
@@ -143,15 +145,10 @@ def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def check_platform_support(summary: SummaryConfig) -> None:
-    """See :func:`daemon.engine.check_platform_support` (imported late: vLLM is slow to import)."""
-    from daemon.engine import check_platform_support as check
-
-    check(summary)
-
-
 def _prepare_process(config: Config) -> None:
-    """Logging, and the environment vLLM and Hugging Face read (defaults only: the user's win)."""
+    """Logging, the environment vLLM and Hugging Face read (defaults only: the user's win), and a
+    check of settings this machine's vLLM cannot run (raises ConfigError)."""
+    from daemon.engine import check_platform_support
     from daemon.logging import configure_logging
 
     # Our handler renders vLLM's records; without this vLLM installs its own at import.
@@ -167,33 +164,35 @@ def _prepare_process(config: Config) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     configure_logging(config.logging.level, config.logging.format)
+    # After the environment is set: the check imports vLLM, which reads it at import.
+    check_platform_support(config.summary)
 
 
 async def _serve(config: Config) -> int:
-    from daemon.service import FatalError, Service
+    from daemon.service import Service
 
-    service = Service(config)
+    return await _run_service(Service(config))
+
+
+async def _run_service(service: Service) -> int:
+    """Run ``service`` with the stop signals wired to its drain; EXIT_OK, or EXIT_FATAL (logged)."""
+    from daemon.logging import get_logger
+    from daemon.service import FatalError
+
     _install_signal_handlers(service.request_stop)
     try:
         await service.run()
     except FatalError as exc:
-        _log_fatal(exc)
+        log = get_logger("daemon.cli")
+        log.error("docsumd exiting after a fatal error", error=str(exc), exit_code=EXIT_FATAL)
         return EXIT_FATAL
     return EXIT_OK
-
-
-def _log_fatal(exc: Exception) -> None:
-    from daemon.logging import get_logger
-
-    get_logger("daemon.cli").error(
-        "docsumd exiting after a fatal error", error=str(exc), exit_code=EXIT_FATAL
-    )
 
 
 async def _summarize(config: Config, files: list[Path], outbox: Path, *, progress: bool) -> int:
     from tqdm import tqdm
 
-    from daemon.service import FatalError, Service
+    from daemon.service import Service
     from daemon.sinks.folder import FolderSink
     from daemon.sources.files import FilesSource
     from daemon.work import WorkItem
@@ -207,15 +206,12 @@ async def _summarize(config: Config, files: list[Path], outbox: Path, *, progres
         if outcome != "ok":
             failed.append(f"{item.id}: {outcome}")
 
-    service = Service(config, sources=[source], on_finished=finished)
-    _install_signal_handlers(service.request_stop)
     try:
-        await service.run()
-    except FatalError as exc:
-        _log_fatal(exc)
-        return EXIT_FATAL
+        code = await _run_service(Service(config, sources=[source], on_finished=finished))
     finally:
         bar.close()
+    if code != EXIT_OK:
+        return code
     done = bar.n
     print(f"{done - len(failed)} summarized, {len(failed)} failed; results in {outbox}", file=sys.stderr)
     for line in failed:

@@ -128,6 +128,11 @@ class Service:
         """Engine warm, sources running, not draining."""
         return self._ready and self.healthy() and not self._stop_requested.is_set()
 
+    @property
+    def backlog(self) -> int:
+        """Documents waiting at the sources, not yet taken in."""
+        return sum(source.backlog for source in self.sources)
+
     def request_stop(self) -> None:
         """Begin a graceful drain (the entry point's signal handler calls this).
 
@@ -159,7 +164,7 @@ class Service:
                 await source.start()
             self._ready = True
             READY.set(1)
-            QUEUED.set(sum(source.backlog for source in self.sources))
+            QUEUED.set(self.backlog)
             log.info("docsumd ready", inflight_limit=self.config.inflight_documents)
             async with asyncio.TaskGroup() as group:
                 pumps = [group.create_task(self._pump(source), name="pump") for source in self.sources]
@@ -291,7 +296,7 @@ class Service:
         self._inflight.discard(task)
         self._slots.release()
         INFLIGHT.set(len(self._inflight))
-        QUEUED.set(sum(source.backlog for source in self.sources))
+        QUEUED.set(self.backlog)
         if not task.cancelled() and (exc := task.exception()) is not None:
             self._fail_fatally(exc)
 
@@ -380,7 +385,7 @@ class Service:
         while True:
             await asyncio.sleep(interval)
             now = time.monotonic()
-            backlog = sum(source.backlog for source in self.sources)
+            backlog = self.backlog
             QUEUED.set(backlog)
             rate = (self.stats.finished - last_finished) / (now - last_at)
             log.info(

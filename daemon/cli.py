@@ -116,7 +116,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 def _cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     config.require_source()
-    _prepare_process(config)
+    prepare_process(config)
     return asyncio.run(_serve(config))
 
 
@@ -127,7 +127,7 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
         raise ConfigError("no --outbox given and the config has no [sources.folder] outbox")
     # One-shot runs serve no metrics endpoint (a running daemon may hold the port).
     config = config.model_copy(update={"metrics": config.metrics.model_copy(update={"enabled": False})})
-    _prepare_process(config)
+    prepare_process(config)
     return asyncio.run(_summarize(config, list(args.files), outbox, progress=not args.no_progress))
 
 
@@ -145,7 +145,7 @@ def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def _prepare_process(config: Config) -> None:
+def prepare_process(config: Config) -> None:
     """Logging, the environment vLLM and Hugging Face read (defaults only: the user's win), and a
     check of settings this machine's vLLM cannot run (raises ConfigError)."""
     from daemon.engine import check_platform_support
@@ -169,9 +169,16 @@ def _prepare_process(config: Config) -> None:
 
 
 async def _serve(config: Config) -> int:
+    from daemon.notify import SystemdNotifier
     from daemon.service import Service
 
-    return await _run_service(Service(config))
+    # The entry point is the one place that reads the process environment.
+    watchdog_usec = os.environ.get("WATCHDOG_USEC", "")
+    notifier = SystemdNotifier(
+        os.environ.get("NOTIFY_SOCKET") or None,
+        watchdog_usec=int(watchdog_usec) if watchdog_usec.isdigit() else None,
+    )
+    return await _run_service(Service(config, notifier=notifier))
 
 
 async def _run_service(service: Service) -> int:

@@ -72,14 +72,77 @@ class EngineConfig(_Section):
         return self.served_model_name or Path(self.model.rstrip("/")).name
 
 
-class SummaryConfig(_Section):
-    """What a summary request asks of the model."""
+Style = Literal["prose", "bullets"]
+Strategy = Literal["map_reduce", "head", "head_tail"]
 
-    max_summary_tokens: int = Field(default=256, ge=1)
+
+class SummaryConfig(_Section):
+    """What a summary asks of the model, and how documents longer than the context are handled."""
+
+    max_summary_tokens: int = Field(default=256, ge=16, description="Length of the final summary, in tokens.")
+    style: Style = Field(default="prose", description='"prose" paragraphs or "bullets" (a list of points).')
+    strategy: Strategy = Field(
+        default="map_reduce",
+        description='For documents over the context: "map_reduce" summarizes parts, then combines the part '
+        'summaries, in stages until they fit (reads everything); "head" keeps the start of the document; '
+        '"head_tail" keeps its start and end. Truncation says so in the result (dropped_tokens).',
+    )
+    part_summary_tokens: int | None = Field(
+        default=None,
+        ge=16,
+        description="Length of each part's summary and of intermediate combined summaries (map_reduce); "
+        "defaults to max_summary_tokens, at most a sixth of engine.max_model_len.",
+    )
+    chunk_overlap_tokens: int = Field(
+        default=64, ge=0, description="Tokens consecutive parts share (at most a quarter of a part)."
+    )
+    max_parts: int = Field(
+        default=1024,
+        ge=2,
+        description="A document needing more parts fails with reason 'too_long' (a 16 MiB input is about "
+        "1,000 parts of 4,000 tokens).",
+    )
+    max_parallel_requests_per_document: int = Field(
+        default=8,
+        ge=1,
+        description="Engine requests one document may have waiting or running at once (its fan-out), so "
+        "one huge document cannot crowd out the rest.",
+    )
     temperature: float = Field(default=0.3, ge=0.0)
     top_p: float = Field(default=0.9, gt=0.0, le=1.0)
     repetition_penalty: float = Field(default=1.1, gt=0.0)
     seed: int | None = Field(default=None, description="Per-request sampling seed, for reproducible output.")
+
+    def part_tokens(self, max_model_len: int) -> int:
+        """The effective length of part and intermediate summaries for a context of ``max_model_len``."""
+        return self.part_summary_tokens or min(self.max_summary_tokens, max_model_len // 6)
+
+
+class AdmissionConfig(_Section):
+    """What the engine is given at once, and in which order (see daemon/admission.py)."""
+
+    enabled: bool = Field(
+        default=True,
+        description="false sends requests to the engine in arrival order with no bounds beyond "
+        "service.max_inflight_documents (plain FIFO; for comparison).",
+    )
+    max_inflight_requests: int | None = Field(
+        default=None,
+        ge=1,
+        description="Requests in the engine at once; defaults to engine.max_num_seqs, at most 128.",
+    )
+    max_inflight_tokens: int | None = Field(
+        default=None,
+        ge=256,
+        description="Tokens (prompt plus output budget) in the engine at once; defaults to what the KV "
+        "cache holds (32 x engine.max_num_batched_tokens if unknown), at least max_model_len.",
+    )
+    window_seconds: float = Field(
+        default=30.0,
+        ge=0.0,
+        description="Length-aware ordering window: a full-context request may be overtaken by shorter ones "
+        "for at most this long after its document arrived (0: arrival order within the bounds).",
+    )
 
 
 class LimitsConfig(_Section):
@@ -173,6 +236,7 @@ class Config(BaseSettings):
 
     engine: EngineConfig
     summary: SummaryConfig = SummaryConfig()
+    admission: AdmissionConfig = AdmissionConfig()
     limits: LimitsConfig = LimitsConfig()
     sources: SourcesConfig = SourcesConfig()
     metrics: MetricsConfig = MetricsConfig()
@@ -181,11 +245,19 @@ class Config(BaseSettings):
 
     @model_validator(mode="after")
     def _summary_fits_context(self) -> Self:
-        # The prompt needs room too: leave at least a quarter of the context for the document.
-        if self.summary.max_summary_tokens > self.engine.max_model_len * 3 // 4:
+        # The prompt needs room too: leave at least half of the context for the text. A combine step
+        # must hold at least two part summaries, or staged summaries could not shrink.
+        half = self.engine.max_model_len // 2
+        if self.summary.max_summary_tokens > half:
             raise ValueError(
-                f"summary.max_summary_tokens ({self.summary.max_summary_tokens}) must be at most 3/4 of "
+                f"summary.max_summary_tokens ({self.summary.max_summary_tokens}) must be at most half of "
                 f"engine.max_model_len ({self.engine.max_model_len})"
+            )
+        if self.summary.part_tokens(self.engine.max_model_len) * 3 > half:
+            raise ValueError(
+                f"summary.part_summary_tokens ({self.summary.part_summary_tokens}) must be at most a "
+                f"sixth of engine.max_model_len ({self.engine.max_model_len}), so that a combine step "
+                "holds several parts"
             )
         return self
 

@@ -14,6 +14,9 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
 ``nul_bytes``      valid UTF-8 that contains NUL characters (usually a corrupted or binary file)
 ``unreadable``     the source could not read the input (permissions, vanished file)
 ``engine_error``   the engine rejected or failed this one request (set by the summarizer)
+``too_long``       needs more than ``summary.max_parts`` parts (set by the summarizer)
+``invalid_options`` the document's own options (sidecar, message fields) are not valid
+``internal_error`` a bug met on this document (logged with its traceback)
 =================  ==========================================================================
 """
 

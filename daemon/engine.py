@@ -57,10 +57,8 @@ class Generation:
     total_s: float
 
 
-def engine_args(config: EngineConfig) -> Any:
-    """vLLM ``AsyncEngineArgs`` for ``config`` (imported lazily: vLLM takes seconds to import)."""
-    from vllm import AsyncEngineArgs
-
+def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
+    """vLLM engine arguments for ``config`` as keywords (for ``AsyncEngineArgs``, or ``LLM``)."""
     kwargs: dict[str, Any] = {
         "model": config.model,
         "tokenizer": config.tokenizer,
@@ -81,7 +79,14 @@ def engine_args(config: EngineConfig) -> Any:
     }
     if config.kv_cache_memory_bytes is not None:
         kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_bytes
-    return AsyncEngineArgs(**kwargs)
+    return kwargs
+
+
+def engine_args(config: EngineConfig) -> Any:
+    """vLLM ``AsyncEngineArgs`` for ``config`` (imported lazily: vLLM takes seconds to import)."""
+    from vllm import AsyncEngineArgs
+
+    return AsyncEngineArgs(**engine_kwargs(config))
 
 
 def check_platform_support(summary: SummaryConfig) -> None:
@@ -116,8 +121,11 @@ def load_tokenizer(config: EngineConfig) -> Any:
 def sampling_params(summary: SummaryConfig, max_tokens: int | None = None) -> SamplingParams:
     """Sampling settings of a summary request."""
     from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
 
     return SamplingParams(
+        # Only the final output: no per-step output objects for text nobody reads as it streams.
+        output_kind=RequestOutputKind.FINAL_ONLY,
         max_tokens=max_tokens or summary.max_summary_tokens,
         temperature=summary.temperature,
         top_p=summary.top_p,
@@ -139,6 +147,16 @@ class Engine:
     def is_running(self) -> bool:
         """True once started and until stopped or dead."""
         return self._llm is not None and not self._stopped and not self._llm.errored
+
+    @property
+    def kv_cache_tokens(self) -> int | None:
+        """Tokens the engine's KV cache holds (known once started), for admission defaults."""
+        cache = getattr(getattr(self._llm, "vllm_config", None), "cache_config", None)
+        blocks = getattr(cache, "num_gpu_blocks", None)
+        block_size = getattr(cache, "block_size", None)
+        if isinstance(blocks, int) and isinstance(block_size, int) and blocks > 0:
+            return blocks * block_size
+        return None
 
     async def start(self) -> None:
         """Build the engine (seconds to minutes: weights load, KV cache is allocated, workers start).
@@ -217,14 +235,11 @@ class Engine:
         from vllm.v1.engine.exceptions import EngineDeadError as VllmEngineDeadError
 
         started = time.monotonic()
-        first_token_at: float | None = None
         final = None
         try:
             async for output in llm.generate(
                 TokensPrompt(prompt_token_ids=prompt_token_ids), params, request_id
             ):
-                if first_token_at is None and output.outputs and output.outputs[0].token_ids:
-                    first_token_at = time.monotonic()
                 final = output
         except asyncio.CancelledError:
             await _abort(llm, request_id)
@@ -238,13 +253,17 @@ class Engine:
         if final is None or not final.finished:
             raise RequestError("the engine ended the request without a final output")
         completion = final.outputs[0]
+        # vLLM's own request stats carry the time to first token (absent when stats are off).
+        first_token = getattr(getattr(final, "metrics", None), "first_token_latency", None)
         return Generation(
             text=completion.text,
             prompt_tokens=len(final.prompt_token_ids or prompt_token_ids),
             output_tokens=len(completion.token_ids),
             cached_prompt_tokens=int(final.num_cached_tokens or 0),
             finish_reason=completion.finish_reason,
-            first_token_s=None if first_token_at is None else first_token_at - started,
+            first_token_s=float(first_token)
+            if isinstance(first_token, float | int) and first_token > 0
+            else None,
             total_s=time.monotonic() - started,
         )
 

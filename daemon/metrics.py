@@ -34,10 +34,36 @@ DOCUMENT_LATENCY = Histogram(
 INFLIGHT = Gauge("docsumd_inflight_documents", "Documents taken in and not yet finished.")
 QUEUED = Gauge("docsumd_queued_documents", "Documents waiting at the sources (e.g. files in the inbox).")
 PROMPT_TOKENS = Counter("docsumd_prompt_tokens", "Prompt tokens sent to the engine.")
-SUMMARY_TOKENS = Counter("docsumd_summary_tokens", "Summary tokens generated.")
+SUMMARY_TOKENS = Counter("docsumd_summary_tokens", "Tokens generated: part, combine and final summaries.")
 TRUNCATED = Counter("docsumd_truncated_documents", "Documents whose summary did not read the whole text.")
 ENGINE_UP = Gauge("docsumd_engine_up", "1 while the vLLM engine is running, else 0.")
 LAST_SUCCESS = Gauge("docsumd_last_success_timestamp_seconds", "Unix time of the last document summarized.")
+ENGINE_REQUESTS = Counter(
+    "docsumd_engine_requests",
+    "Requests sent to the engine, by kind (document, part, combine).",
+    ["kind"],
+)
+CHUNKS_PER_DOCUMENT = Histogram(
+    "docsumd_chunks_per_document",
+    "Parts a summarized document was cut into (1 when it fit in one request).",
+    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512),
+)
+SUMMARY_DEPTH = Histogram(
+    "docsumd_summary_depth",
+    "Summarization levels per document: 1 in one request, 2 parts then combined, 3+ combined in stages.",
+    buckets=(1, 2, 3, 4, 5, 6),
+)
+ADMISSION_WAITING = Gauge("docsumd_admission_waiting_requests", "Engine requests waiting for admission.")
+ADMISSION_WAIT = Histogram(
+    "docsumd_admission_wait_seconds",
+    "Time an engine request waited for admission.",
+    buckets=(0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
+)
+ENGINE_INFLIGHT_REQUESTS = Gauge("docsumd_engine_inflight_requests", "Requests admitted to the engine.")
+ENGINE_INFLIGHT_TOKENS = Gauge(
+    "docsumd_engine_inflight_tokens",
+    "Tokens (prompt plus output budget) of the requests admitted to the engine.",
+)
 READY = Gauge("docsumd_ready", "1 once the engine is warm and the sources run, 0 while starting or draining.")
 
 

@@ -1,28 +1,65 @@
-"""Prompts: a fixed instruction first (so vLLM's prefix cache can share it), the document after.
+"""Prompts: a fixed instruction first (so vLLM's prefix cache can share it), the text after.
 
 Every request starts with the same system message, rendered with the model's chat template when it
 has one, so the first tokens of every prompt are identical and their KV cache blocks are computed
-once. ``PROMPT_VERSION`` goes into every result: change it whenever the wording or layout changes,
-so summaries made under different prompts can be told apart.
+once. Three kinds of request share that start:
+
+* ``document``: summarize a whole document that fits in one request;
+* ``part``: summarize one part of a longer document (the map step of a staged summary);
+* ``combine``: merge the summaries of consecutive parts into one (the reduce steps).
+
+Per-request wording (the length and style asked for) comes *after* the text, so the prefix of a
+kind stays the same whatever a document's options are.
+
+``PROMPT_VERSION`` goes into every result: change it whenever the wording or layout changes, so
+summaries made under different prompts can be told apart.
 """
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
-PROMPT_VERSION: Final = "summary-v1"
+from daemon.config import Style
+
+PROMPT_VERSION: Final = "summary-v2"
 
 SYSTEM_INSTRUCTION: Final = (
     "You are a careful analyst who summarizes long documents: contracts, legal texts, scientific papers "
-    "and technical standards. Write a faithful, self-contained summary of the document the user gives you. "
+    "and technical standards. Write a faithful, self-contained summary of the text the user gives you. "
     "Cover its purpose, its main points, obligations or findings, and any conditions, limits or exceptions "
     "that matter. Do not invent facts, do not give opinions, and do not address the reader."
 )
 
-_USER_TEMPLATE: Final = "Summarize the following document.\n\n<document>\n{text}\n</document>"
+
+class PromptKind(enum.StrEnum):
+    """What a request asks the model to do."""
+
+    DOCUMENT = "document"
+    PART = "part"
+    COMBINE = "combine"
+
+
+_INSTRUCTIONS: Final = {
+    PromptKind.DOCUMENT: "Summarize the following document.",
+    PromptKind.PART: (
+        "The following text is one part of a longer document. Summarize this part; keep names, "
+        "numbers, defined terms, obligations and conditions, since the summaries of all parts will "
+        "be combined later."
+    ),
+    PromptKind.COMBINE: (
+        "The following are summaries of consecutive parts of one long document, in order. Combine them "
+        "into one summary of the whole document, without repeating points."
+    ),
+}
+_STYLE_HINTS: Final[dict[str, str]] = {
+    "prose": "Write the summary as plain prose paragraphs.",
+    "bullets": "Write the summary as a list of bullet points, one point per line, each starting with '- '.",
+}
 # Used only for models without a chat template (base models).
 _PLAIN_TEMPLATE: Final = "{system}\n\n{user}\n\nSummary:\n"
+_MARKER: Final = "\ue000DOCSUMD-TEXT\ue000"
 
 
 class ChatTokenizer(Protocol):
@@ -41,7 +78,7 @@ class ChatTokenizer(Protocol):
 class PromptTemplate:
     """The rendered text around the document, split at the document's place.
 
-    ``prefix + text + suffix`` is the whole prompt; ``prefix`` is identical for every document.
+    ``prefix + text + suffix`` is the whole prompt; ``prefix`` is identical for every request of a kind.
     """
 
     prefix: str
@@ -52,10 +89,31 @@ class PromptTemplate:
         return f"{self.prefix}{text}{self.suffix}"
 
 
-def build_template(tokenizer: ChatTokenizer) -> PromptTemplate:
-    """Render the prompt once around a marker and split it, so each document costs one concatenation."""
-    marker = "\ue000DOCSUMD-DOCUMENT\ue000"
-    user = _USER_TEMPLATE.format(text=marker)
+def length_hint(max_tokens: int) -> str:
+    """The length asked for, in words (about 0.75 words per token), so the model ends on its own."""
+    words = max(20, round(max_tokens * 0.7 / 10) * 10)
+    return f"Use at most about {words} words."
+
+
+def user_message(kind: PromptKind, text: str, *, style: Style, max_tokens: int) -> str:
+    """The user turn: the kind's instruction, the text, then the requested length and style."""
+    after = (
+        f"{_STYLE_HINTS[style]} {length_hint(max_tokens)}"
+        if kind is not PromptKind.PART
+        else (length_hint(max_tokens))
+    )
+    return f"{_INSTRUCTIONS[kind]}\n\n<document>\n{text}\n</document>\n\n{after}"
+
+
+def build_template(
+    tokenizer: ChatTokenizer,
+    kind: PromptKind = PromptKind.DOCUMENT,
+    *,
+    style: Style = "prose",
+    max_tokens: int = 256,
+) -> PromptTemplate:
+    """Render the prompt once around a marker and split it, so each request costs one concatenation."""
+    user = user_message(kind, _MARKER, style=style, max_tokens=max_tokens)
     if getattr(tokenizer, "chat_template", None):
         messages = [{"role": "system", "content": SYSTEM_INSTRUCTION}, {"role": "user", "content": user}]
         rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
@@ -63,7 +121,43 @@ def build_template(tokenizer: ChatTokenizer) -> PromptTemplate:
             raise TypeError("chat template did not render to text")
     else:
         rendered = _PLAIN_TEMPLATE.format(system=SYSTEM_INSTRUCTION, user=user)
-    prefix, found, suffix = rendered.partition(marker)
+    prefix, found, suffix = rendered.partition(_MARKER)
     if not found:
         raise ValueError("the model's chat template dropped the user message; cannot build prompts")
     return PromptTemplate(prefix=prefix, suffix=suffix)
+
+
+class PromptBuilder:
+    """Prompts as token ids: the template's prefix and suffix tokenized once per kind, style and length.
+
+    Tokenizing the prefix once keeps its ids identical across requests, which is what vLLM's prefix
+    cache matches on, and it makes budgets exact: ``len(prefix) + len(body) + len(suffix)`` is the
+    prompt size vLLM sees.
+    """
+
+    def __init__(self, tokenizer: ChatTokenizer) -> None:
+        self._tokenizer = tokenizer
+        self._cache: dict[tuple[PromptKind, Style, int], tuple[list[int], list[int]]] = {}
+
+    def template_ids(self, kind: PromptKind, *, style: Style, max_tokens: int) -> tuple[list[int], list[int]]:
+        """The (prefix, suffix) token ids around the text of a request."""
+        key = (kind, style, max_tokens)
+        cached = self._cache.get(key)
+        if cached is None:
+            template = build_template(self._tokenizer, kind, style=style, max_tokens=max_tokens)
+            cached = (
+                self._tokenizer.encode(template.prefix, add_special_tokens=False),
+                self._tokenizer.encode(template.suffix, add_special_tokens=False),
+            )
+            self._cache[key] = cached
+        return cached
+
+    def overhead(self, kind: PromptKind, *, style: Style, max_tokens: int) -> int:
+        """Tokens the template itself takes in a prompt of this kind."""
+        prefix, suffix = self.template_ids(kind, style=style, max_tokens=max_tokens)
+        return len(prefix) + len(suffix)
+
+    def build(self, kind: PromptKind, body_ids: list[int], *, style: Style, max_tokens: int) -> list[int]:
+        """The whole prompt: prefix, the text's ids, suffix."""
+        prefix, suffix = self.template_ids(kind, style=style, max_tokens=max_tokens)
+        return [*prefix, *body_ids, *suffix]

@@ -1,25 +1,48 @@
 """One document in, one summary out, as engine requests; and the records that results carry.
 
-For now a document goes in one request, its head kept when it is over the context (``truncated``
-and ``dropped_tokens`` say so). Staged (map-reduce) summaries of long documents come next and will
-keep these records' fields.
+A document that fits in one request (template, text and summary budget within ``max_model_len``)
+is summarized in one request. A longer one is, by ``summary.strategy``:
+
+* ``map_reduce`` (default): cut into parts on the strongest breaks available
+  (:mod:`daemon.chunking`); each part is summarized (the map step); the part summaries are
+  combined, in order, into the final summary (the reduce step). When the part summaries do not fit
+  in one request together, consecutive groups of them are combined first, level by level, until
+  they do. Nothing is left out: ``dropped_tokens`` is 0.
+* ``head`` / ``head_tail``: the start (and end) of the document in one request; the result says how
+  many tokens were dropped.
+
+Every request goes through :class:`~daemon.admission.Admission`; combine steps are marked urgent so
+documents already in progress finish first. One document has at most
+``summary.max_parallel_requests_per_document`` requests waiting or running at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
+from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final, TypeVar
 
 from daemon import __version__
-from daemon.chunking import PromptFitter
-from daemon.config import SummaryConfig
+from daemon.admission import Admission
+from daemon.chunking import TokenizedText, head_ids, head_tail_ids, split_into_chunks, tokenize_text
+from daemon.config import ConfigError, SummaryConfig
 from daemon.documents import Document, DocumentError
-from daemon.engine import Engine, RequestError, sampling_params
-from daemon.prompts import PROMPT_VERSION, ChatTokenizer, build_template
+from daemon.engine import Engine, Generation, RequestError, sampling_params
+from daemon.metrics import ENGINE_REQUESTS
+from daemon.options import NO_OPTIONS, SummaryOptions
+from daemon.prompts import PROMPT_VERSION, ChatTokenizer, PromptBuilder, PromptKind
 from daemon.work import Record
+
+T = TypeVar("T")
+
+_MAX_DEPTH: Final = 12  # a guard: combining at least halves the count per level, so 2**11 parts at most
+_LABEL_TOKENS: Final = 16  # room for an entry's "[Part N]" label and separator
+_MIN_STEP_TOKENS: Final = 16
+_GAP_TEXT: Final = "\n\n[...]\n\n"
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,12 +51,17 @@ class Summary:
 
     text: str
     strategy: str
+    style: str
+    max_summary_tokens: int
+    parts: int
+    depth: int
+    requests: int
     prompt_tokens: int
+    generated_tokens: int
     summary_tokens: int
     document_tokens: int
     dropped_tokens: int
     cached_prompt_tokens: int
-    requests: int
     finish_reason: str | None
     first_token_s: float | None
     engine_s: float
@@ -44,39 +72,303 @@ class Summary:
         return self.dropped_tokens > 0
 
 
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What one document asks for, after options and defaults."""
+
+    max_tokens: int
+    style: Any
+    strategy: str
+
+
+class _DocumentRun:
+    """The engine requests of one document: fan-out bound, admission, counters."""
+
+    def __init__(self, summarizer: Summarizer, document: Document, arrived_at: float) -> None:
+        self._summarizer = summarizer
+        self._document = document
+        self._arrived_at = arrived_at
+        self._fan_out = asyncio.Semaphore(summarizer.config.max_parallel_requests_per_document)
+        self.requests = 0
+        self.prompt_tokens = 0
+        self.generated_tokens = 0
+        self.cached_prompt_tokens = 0
+        self.first_token_s: float | None = None
+        self.started = time.monotonic()
+
+    async def generate(
+        self, kind: PromptKind, body_ids: list[int], *, style: Any, max_tokens: int, urgent: bool = False
+    ) -> Generation:
+        """One request: ``body_ids`` in the ``kind`` template, at most ``max_tokens`` out."""
+        summarizer = self._summarizer
+        prompt_ids = summarizer.prompts.build(kind, body_ids, style=style, max_tokens=max_tokens)
+        if len(prompt_ids) + max_tokens > summarizer.max_model_len:  # a bug, never the document's fault
+            raise AssertionError(f"{kind} prompt of {len(prompt_ids)} tokens does not fit the context")
+        self.requests += 1
+        request_id = f"{self._document.id}:{kind}{self.requests}:{uuid.uuid4().hex[:8]}"
+        async with (
+            self._fan_out,
+            summarizer.admission.slot(
+                len(prompt_ids) + max_tokens, urgent=urgent, arrived_at=self._arrived_at
+            ),
+        ):
+            ENGINE_REQUESTS.labels(kind=kind.value).inc()
+            try:
+                generation = await summarizer.engine.generate(
+                    prompt_ids, summarizer.params(max_tokens), request_id
+                )
+            except RequestError as exc:
+                raise DocumentError("engine_error", f"the engine failed on this document: {exc}") from exc
+        self.prompt_tokens += generation.prompt_tokens
+        self.generated_tokens += generation.output_tokens
+        self.cached_prompt_tokens += generation.cached_prompt_tokens
+        if self.first_token_s is None and generation.first_token_s is not None:
+            self.first_token_s = (
+                time.monotonic() - self.started - generation.total_s + generation.first_token_s
+            )
+        return generation
+
+    def summary(
+        self,
+        final: Generation,
+        *,
+        plan: _Plan,
+        strategy: str,
+        parts: int,
+        depth: int,
+        tokens: int,
+        dropped: int,
+    ) -> Summary:
+        """The document's summary from its final request and the counters."""
+        return Summary(
+            text=final.text.strip(),
+            strategy=strategy,
+            style=plan.style,
+            max_summary_tokens=plan.max_tokens,
+            parts=parts,
+            depth=depth,
+            requests=self.requests,
+            prompt_tokens=self.prompt_tokens,
+            generated_tokens=self.generated_tokens,
+            summary_tokens=final.output_tokens,
+            document_tokens=tokens,
+            dropped_tokens=dropped,
+            cached_prompt_tokens=self.cached_prompt_tokens,
+            finish_reason=final.finish_reason,
+            first_token_s=self.first_token_s,
+            engine_s=time.monotonic() - self.started,
+        )
+
+
 class Summarizer:
     """Turns documents into summaries with the engine. Safe to call concurrently."""
 
-    def __init__(self, engine: Engine, tokenizer: ChatTokenizer, config: SummaryConfig, max_model_len: int):
-        self._engine = engine
-        self._config = config
-        self._params = sampling_params(config)
-        self.fitter = PromptFitter(
-            tokenizer, build_template(tokenizer), max_prompt_tokens=max_model_len - config.max_summary_tokens
+    def __init__(
+        self,
+        engine: Engine,
+        tokenizer: ChatTokenizer,
+        config: SummaryConfig,
+        *,
+        max_model_len: int,
+        admission: Admission,
+    ) -> None:
+        """Raises :class:`~daemon.config.ConfigError` if the context cannot hold staged summaries."""
+        self.engine = engine
+        self.tokenizer = tokenizer
+        self.config = config
+        self.max_model_len = max_model_len
+        self.admission = admission
+        self.prompts = PromptBuilder(tokenizer)
+        self._params: dict[int, Any] = {}
+        self._gap_ids = self.encode(_GAP_TEXT)
+        part_tokens = self.part_tokens = config.part_tokens(max_model_len)
+        self.part_budget = self._room(PromptKind.PART, "prose", part_tokens)
+        self.overlap = min(config.chunk_overlap_tokens, self.part_budget // 4)
+        # An intermediate combine step must hold at least two part summaries with their labels, and
+        # the final one at least two intermediate summaries (see _step_tokens).
+        if self._room(PromptKind.COMBINE, "prose", part_tokens) < 2 * (part_tokens + _LABEL_TOKENS):
+            raise ConfigError(
+                f"engine.max_model_len ({max_model_len}) is too small for staged summaries with "
+                f"summary.part_summary_tokens {part_tokens}: lower it or raise max_model_len"
+            )
+        if self._step_tokens(config.style, config.max_summary_tokens) < _MIN_STEP_TOKENS:
+            raise ConfigError(
+                f"engine.max_model_len ({max_model_len}) leaves too little room for combining part "
+                f"summaries into a summary of {config.max_summary_tokens} tokens: lower "
+                "summary.max_summary_tokens or raise max_model_len"
+            )
+
+    def params(self, max_tokens: int) -> Any:
+        """Sampling settings for a request of at most ``max_tokens`` output tokens (cached)."""
+        params = self._params.get(max_tokens)
+        if params is None:
+            params = self._params[max_tokens] = sampling_params(self.config, max_tokens)
+        return params
+
+    def encode(self, text: str) -> list[int]:
+        """Token ids of ``text`` as content (special-token strings are plain text)."""
+        return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))  # type: ignore[call-arg]
+
+    def _room(self, kind: PromptKind, style: Any, max_tokens: int) -> int:
+        """Tokens of text a request of this kind can carry."""
+        return (
+            self.max_model_len - max_tokens - self.prompts.overhead(kind, style=style, max_tokens=max_tokens)
         )
 
-    async def summarize(self, document: Document) -> Summary:
-        """Summarize ``document``. Raises DocumentError for a request the engine refused."""
-        # Tokenizing a long document takes a while (about 0.7 s per MB): keep it off the event loop.
-        fitted = await asyncio.to_thread(self.fitter.fit, document.text)
-        request_id = f"{document.id}:{uuid.uuid4().hex[:12]}"
-        try:
-            generation = await self._engine.generate(fitted.token_ids, self._params, request_id)
-        except RequestError as exc:
-            raise DocumentError("engine_error", f"the engine failed on this document: {exc}") from exc
-        return Summary(
-            text=generation.text.strip(),
-            strategy="head" if fitted.truncated else "single",
-            prompt_tokens=generation.prompt_tokens,
-            summary_tokens=generation.output_tokens,
-            document_tokens=fitted.document_tokens,
-            dropped_tokens=fitted.dropped_tokens,
-            cached_prompt_tokens=generation.cached_prompt_tokens,
-            requests=1,
-            finish_reason=generation.finish_reason,
-            first_token_s=generation.first_token_s,
-            engine_s=generation.total_s,
+    def _step_tokens(self, style: Any, max_tokens: int) -> int:
+        """Length of intermediate combined summaries: at most a part summary, and small enough that
+        two of them (with labels) fit in the final combine request, so staging always converges."""
+        final_room = self._room(PromptKind.COMBINE, style, max_tokens)
+        return min(self.part_tokens, final_room // 2 - _LABEL_TOKENS)
+
+    def plan(self, options: SummaryOptions) -> _Plan:
+        """The length, style and strategy for a document; DocumentError ``invalid_options`` if impossible."""
+        max_tokens = options.max_summary_tokens or self.config.max_summary_tokens
+        if max_tokens > self.max_model_len // 2:
+            raise DocumentError(
+                "invalid_options",
+                f"max_summary_tokens {max_tokens} is over half the context ({self.max_model_len} tokens)",
+            )
+        style = options.style or self.config.style
+        if self._step_tokens(style, max_tokens) < _MIN_STEP_TOKENS:
+            raise DocumentError(
+                "invalid_options",
+                f"max_summary_tokens {max_tokens} leaves too little of the context "
+                f"({self.max_model_len} tokens) for combining part summaries",
+            )
+        return _Plan(
+            max_tokens=max_tokens,
+            style=options.style or self.config.style,
+            strategy=options.strategy or self.config.strategy,
         )
+
+    async def summarize(
+        self, document: Document, options: SummaryOptions = NO_OPTIONS, *, arrived_at: float | None = None
+    ) -> Summary:
+        """Summarize ``document``. Raises DocumentError for a document that cannot be summarized.
+
+        ``arrived_at`` (``time.monotonic()``) orders its requests in admission; defaults to now.
+        """
+        plan = self.plan(options)
+        # Tokenizing a long document takes a while (about 0.6 s per MB): keep it off the event loop.
+        tokens = await asyncio.to_thread(tokenize_text, self.tokenizer, document.text)
+        run = _DocumentRun(self, document, time.monotonic() if arrived_at is None else arrived_at)
+        room = self._room(PromptKind.DOCUMENT, plan.style, plan.max_tokens)
+        if len(tokens) <= room:
+            final = await run.generate(
+                PromptKind.DOCUMENT, tokens.ids, style=plan.style, max_tokens=plan.max_tokens
+            )
+            return run.summary(
+                final, plan=plan, strategy="single", parts=1, depth=1, tokens=len(tokens), dropped=0
+            )
+        if plan.strategy == "map_reduce":
+            return await self._map_reduce(run, tokens, plan)
+        kept = (
+            head_ids(tokens, room) if plan.strategy == "head" else head_tail_ids(tokens, room, self._gap_ids)
+        )
+        final = await run.generate(PromptKind.DOCUMENT, kept, style=plan.style, max_tokens=plan.max_tokens)
+        kept_tokens = len(kept) - (len(self._gap_ids) if plan.strategy == "head_tail" else 0)
+        return run.summary(
+            final,
+            plan=plan,
+            strategy=plan.strategy,
+            parts=1,
+            depth=1,
+            tokens=len(tokens),
+            dropped=len(tokens) - kept_tokens,
+        )
+
+    async def _map_reduce(self, run: _DocumentRun, tokens: TokenizedText, plan: _Plan) -> Summary:
+        part_tokens = self.part_tokens
+        chunks = await asyncio.to_thread(split_into_chunks, tokens, self.part_budget, self.overlap)
+        if len(chunks) > self.config.max_parts:
+            raise DocumentError(
+                "too_long",
+                f"the document needs {len(chunks)} parts of up to {self.part_budget} tokens "
+                f"({len(tokens)} tokens); summary.max_parts is {self.config.max_parts}",
+            )
+        generations = await _gather(
+            run.generate(PromptKind.PART, chunk.token_ids, style="prose", max_tokens=part_tokens)
+            for chunk in chunks
+        )
+        entries = [
+            self._entry(i, generation.text, part_tokens) for i, generation in enumerate(generations, 1)
+        ]
+        final_room = self._room(PromptKind.COMBINE, plan.style, plan.max_tokens)
+        step_tokens = self._step_tokens(plan.style, plan.max_tokens)
+        step_room = self._room(PromptKind.COMBINE, "prose", step_tokens)
+        depth = 2
+        while sum(map(len, entries)) > final_room:
+            if depth >= _MAX_DEPTH:  # pragma: no cover - cannot happen with the room checked at start
+                raise DocumentError("internal_error", "staged summary did not converge")
+            groups = _group(entries, step_room)
+            generations = await _gather(
+                run.generate(
+                    PromptKind.COMBINE,
+                    [i for entry in group for i in entry],
+                    style="prose",
+                    max_tokens=step_tokens,
+                    urgent=True,
+                )
+                for group in groups
+            )
+            entries = [
+                self._entry(i, generation.text, step_tokens) for i, generation in enumerate(generations, 1)
+            ]
+            depth += 1
+        final = await run.generate(
+            PromptKind.COMBINE,
+            [i for entry in entries for i in entry],
+            style=plan.style,
+            max_tokens=plan.max_tokens,
+            urgent=True,
+        )
+        return run.summary(
+            final,
+            plan=plan,
+            strategy="map_reduce",
+            parts=len(chunks),
+            depth=depth,
+            tokens=len(tokens),
+            dropped=0,
+        )
+
+    def _entry(self, index: int, text: str, limit: int) -> list[int]:
+        """One summary as combine input: a label, then the text (cut to ``limit``, what was asked of it:
+        decoding and encoding again can come out a few tokens longer)."""
+        body = self.encode(text.strip())[:limit]
+        return [*self.encode(f"[Part {index}]\n"), *body, *self.encode("\n\n")]
+
+
+def _group(entries: list[list[int]], room: int) -> list[list[list[int]]]:
+    """Consecutive entries in groups of at most ``room`` tokens each.
+
+    ``room`` holds at least two entries (checked at start), so every group but the last has two or
+    more and each level at least halves the count.
+    """
+    groups: list[list[list[int]]] = []
+    current: list[list[int]] = []
+    used = 0
+    for entry in entries:
+        if current and used + len(entry) > room:
+            groups.append(current)
+            current, used = [], 0
+        current.append(entry)
+        used += len(entry)
+    groups.append(current)
+    return groups
+
+
+async def _gather(awaitables: Iterable[Awaitable[T]]) -> list[T]:
+    """Run concurrently; on the first failure cancel the rest (aborting their requests), then raise."""
+    tasks = [asyncio.ensure_future(awaitable) for awaitable in awaitables]
+    try:
+        return list(await asyncio.gather(*tasks))
+    except BaseException:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        raise
 
 
 def utc_now_iso() -> str:
@@ -95,13 +387,18 @@ def result_record(
         "model": model,
         "prompt_version": PROMPT_VERSION,
         "strategy": summary.strategy,
+        "style": summary.style,
+        "max_summary_tokens": summary.max_summary_tokens,
         "truncated": summary.truncated,
-        "prompt_tokens": summary.prompt_tokens,
-        "summary_tokens": summary.summary_tokens,
+        "parts": summary.parts,
+        "depth": summary.depth,
+        "requests": summary.requests,
         "document_tokens": summary.document_tokens,
         "dropped_tokens": summary.dropped_tokens,
+        "prompt_tokens": summary.prompt_tokens,
+        "generated_tokens": summary.generated_tokens,
+        "summary_tokens": summary.summary_tokens,
         "cached_prompt_tokens": summary.cached_prompt_tokens,
-        "requests": summary.requests,
         "finish_reason": summary.finish_reason,
         "sha256": document.sha256,
         "input_bytes": document.size_bytes,

@@ -37,6 +37,8 @@ class WorkItem:
     on_complete: Callable[[Record], Awaitable[None]]
     on_fail: Callable[[Record], Awaitable[None]]
     metadata: dict[str, Any] = field(default_factory=dict)
+    load_options: Callable[[], Awaitable[Any]] | None = None
+    """Read the document's own summary options (a JSON object, as dict, bytes or text), or None."""
     received_at: float = field(default_factory=time.monotonic)
     settled: bool = False
 

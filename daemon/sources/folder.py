@@ -12,6 +12,12 @@ Half-written inputs are never read:
 * for writers that write in place, a file is read only once its size and modification time have
   not changed for ``settle_seconds``.
 
+Per-document options: a sidecar ``NAME.options.json`` (for ``NAME.txt`` either ``NAME.txt.options.json``
+or ``NAME.options.json``; the first wins if both exist) holds a JSON object of summary options
+(:mod:`daemon.options`). Sidecars are never documents themselves. Write the sidecar before the
+document: it is read when the document is. It moves with its document to ``done/`` or ``failed/``
+(only the one that applied; two documents sharing a stem need full-name sidecars).
+
 Acknowledgement: after the sink wrote the result, the input moves to ``done/NAME``; after the
 failure record is written, it moves to ``failed/NAME``. A crash before that leaves the input in
 ``inbox``, where the next start finds it again.
@@ -34,7 +40,7 @@ from types import TracebackType
 from typing import Final, Self
 
 from daemon.config import FolderSourceConfig
-from daemon.documents import read_input_file
+from daemon.documents import DocumentError, read_input_file
 from daemon.logging import get_logger
 from daemon.sinks.folder import FolderSink, fsync_dir
 from daemon.work import Record, SinkError, WorkItem
@@ -42,12 +48,23 @@ from daemon.work import Record, SinkError, WorkItem
 log = get_logger(__name__)
 
 IGNORED_SUFFIXES: Final = (".tmp", ".part", ".partial", ".crdownload", ".swp")
+OPTIONS_SUFFIX: Final = ".options.json"
+MAX_OPTIONS_BYTES: Final = 64 * 1024
 SOURCE_NAME: Final = "folder"
 
 
 def is_candidate_name(name: str) -> bool:
-    """Whether a file name in the inbox is a document (not hidden, not a temporary file)."""
-    return not name.startswith(".") and not name.endswith(IGNORED_SUFFIXES)
+    """Whether a file name in the inbox is a document (not hidden, not a temporary file, not a sidecar)."""
+    return not name.startswith(".") and not name.endswith((*IGNORED_SUFFIXES, OPTIONS_SUFFIX))
+
+
+def sidecar_names(name: str) -> list[str]:
+    """Names an options sidecar of document ``name`` may have, in order of precedence."""
+    names = [name + OPTIONS_SUFFIX]
+    stem, dot, _ = name.rpartition(".")
+    if dot and stem:
+        names.append(stem + OPTIONS_SUFFIX)
+    return names
 
 
 class FolderSource:
@@ -225,7 +242,24 @@ class FolderSource:
             on_complete=lambda record: self._complete(name, record),
             on_fail=lambda record: self._fail(name, record),
             metadata={"file_name": name},
+            load_options=lambda: asyncio.to_thread(self._read_options, name),
         )
+
+    def _read_options(self, name: str) -> bytes | None:
+        """The sidecar's bytes, or None without one. DocumentError if it cannot be read or is huge."""
+        for sidecar in sidecar_names(name):
+            path = self.config.inbox / sidecar
+            try:
+                with path.open("rb") as file:
+                    data = file.read(MAX_OPTIONS_BYTES + 1)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                raise DocumentError("invalid_options", f"cannot read {sidecar}: {exc}") from exc
+            if len(data) > MAX_OPTIONS_BYTES:
+                raise DocumentError("invalid_options", f"{sidecar} is over {MAX_OPTIONS_BYTES} bytes")
+            return data
+        return None
 
     async def _complete(self, name: str, record: Record) -> None:
         await self.sink.write_result(name, record)
@@ -244,6 +278,20 @@ class FolderSource:
             raise SinkError(f"cannot move {name} to {folder}: {exc}") from exc
         finally:
             self._known.discard(name)
+        await asyncio.to_thread(self._move_sidecars, name, folder)
+
+    def _move_sidecars(self, name: str, folder: Path) -> None:
+        """Move the sidecar that applies to ``name`` (the first that exists), and no other: a stem
+        sidecar behind a full-name one may belong to another document with the same stem."""
+        # After the document: a crash in between leaves the sidecar in the inbox, where it is inert.
+        for sidecar in sidecar_names(name):
+            try:
+                _move_durably(self.config.inbox / sidecar, folder / sidecar)
+            except FileNotFoundError:
+                continue
+            except OSError as exc:
+                log.warning("cannot move an options sidecar", doc_id=name, sidecar=sidecar, error=str(exc))
+            return
 
 
 def _move_durably(source: Path, target: Path) -> None:

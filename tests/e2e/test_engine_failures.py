@@ -44,7 +44,7 @@ def test_cancel_aborts_the_vllm_request(
             left = llm.get_num_unfinished_requests()
             # The engine still serves requests after the abort.
             short = await engine.generate(
-                list(range(100, 200)), sampling_params(SummaryConfig(max_summary_tokens=8)), "after"
+                list(range(100, 200)), sampling_params(SummaryConfig(max_summary_tokens=16)), "after"
             )
             return running, left, short.finish_reason or ""
 

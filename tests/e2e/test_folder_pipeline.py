@@ -1,8 +1,10 @@
 """The daemon end to end on the folder path, with the real vLLM engine and the tiny model.
 
 One daemon run covers: the start-up scan, files arriving while it runs, every kind of bad input,
-a file written in place while the daemon watches, the result records, the endpoints, the logs,
-and a SIGTERM that exits 0 with no engine process left.
+a file written in place while the daemon watches, staged (map-reduce) summaries of documents longer
+than the context (among them 1 MB on a single line), per-document options from sidecars (valid and
+invalid), the result records, the endpoints, the logs, and a SIGTERM that exits 0 with no engine
+process left.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ pytestmark = pytest.mark.engine
 
 GOOD_AT_START = [
     "legal-common-apache-2.0.txt",
-    "paper-pmc-pone-0000217.txt",  # longer than the context: truncated for now
+    "paper-pmc-pone-0000217.txt",  # longer than the context: summarized in parts
     "tech-pydoc-library-stdtypes.txt",  # 212 KB
 ]
 GOOD_LATER = [
@@ -35,6 +37,9 @@ BAD_EXPECTED = BAD_CORPUS_REASONS
 # Odd but valid inputs: they must be summarized.
 ODD_BUT_GOOD = ["utf16_bom.txt", "one_giant_line.txt"]
 MAX_SUMMARY_TOKENS = 32
+BAD_OPTIONS = "reg-debian-policy-ch-controlfields.txt"  # its sidecar asks for an unknown style
+GOOD_SIDECAR = "legal-debian-social-contract.options.json"
+BAD_SIDECAR = f"{BAD_OPTIONS}.options.json"
 
 
 def test_folder_end_to_end(layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path) -> None:
@@ -49,6 +54,9 @@ def test_folder_end_to_end(layout: Layout, start_daemon: Callable[..., DaemonPro
     # Too large for the configured limit (refused without being read).
     inputs["too_big.txt"] = b"word " * 250_000
     drop_file(layout.inbox, "too_big.txt", inputs["too_big.txt"])
+    # Per-document options: a valid sidecar (bullets, shorter), and one asking for an unknown style.
+    (layout.inbox / GOOD_SIDECAR).write_text(json.dumps({"style": "bullets", "max_summary_tokens": 16}))
+    (layout.inbox / BAD_SIDECAR).write_text('{"style": "haiku"}')
     # Ignored by convention: hidden and temporary names are never read.
     (layout.inbox / ".still-writing.txt").write_text("not yet")
     (layout.inbox / "upload.txt.part").write_text("not yet")
@@ -79,9 +87,16 @@ def test_folder_end_to_end(layout: Layout, start_daemon: Callable[..., DaemonPro
     assert daemon.http_get("/readyz")[0] == 200
     status, metrics = daemon.http_get("/metrics")
     assert status == 200
-    good_names = GOOD_AT_START + GOOD_LATER + ODD_BUT_GOOD + ["written-in-place.txt"]
+    good_names = [
+        name
+        for name in GOOD_AT_START + GOOD_LATER + ODD_BUT_GOOD + ["written-in-place.txt"]
+        if name != BAD_OPTIONS
+    ]
     assert f'docsumd_documents_total{{outcome="ok",source="folder"}} {float(len(good_names))}' in metrics
     assert 'docsumd_documents_total{outcome="binary",source="folder"} 2.0' in metrics
+    assert 'docsumd_documents_total{outcome="invalid_options",source="folder"} 1.0' in metrics
+    assert 'docsumd_engine_requests_total{kind="part"}' in metrics
+    assert "docsumd_chunks_per_document_bucket" in metrics
     assert "vllm:prompt_tokens_total" in metrics  # the engine's own metrics, same endpoint
 
     # Stop with SIGTERM: exit 0, no engine process left.
@@ -90,29 +105,46 @@ def test_folder_end_to_end(layout: Layout, start_daemon: Callable[..., DaemonPro
     assert daemon.group_processes() == []
 
     # Every good input: moved to done, with a complete result.
-    assert layout.inputs_in(layout.done) == set(good_names)
+    assert layout.inputs_in(layout.done) == {*good_names, GOOD_SIDECAR}
     for name in good_names:
         _check_result(layout, name, inputs[name])
     assert layout.result("written-in-place.txt")["sha256"] == hashlib.sha256(slow).hexdigest()
     assert layout.result("utf16_bom.txt")["encoding"] in {"utf-16-le", "utf-16-be"}
-    long_result = layout.result("paper-pmc-pone-0000217.txt")
-    assert long_result["truncated"] is True
-    assert long_result["dropped_tokens"] > 0
-    assert long_result["strategy"] == "head"
-    assert layout.result("legal-common-apache-2.0.txt")["truncated"] is False
+    for long_name in ("paper-pmc-pone-0000217.txt", "tech-pydoc-library-stdtypes.txt", "one_giant_line.txt"):
+        staged = layout.result(long_name)
+        assert staged["strategy"] == "map_reduce", staged
+        assert staged["truncated"] is False
+        assert staged["dropped_tokens"] == 0
+        assert staged["parts"] >= 2
+        assert staged["depth"] >= 2
+        assert staged["requests"] >= staged["parts"] + 1  # every part, then at least one combine
+        assert staged["prompt_tokens"] > staged["document_tokens"]  # every token was read
+    giant = layout.result("one_giant_line.txt")
+    assert giant["parts"] >= giant["document_tokens"] // 4096  # 1 MB on one line, cut anyway
+    assert giant["requests"] == giant["parts"] + giant["depth"] - 1 or giant["depth"] >= 3
+    single = layout.result("legal-common-apache-2.0.txt")
+    assert (single["strategy"], single["parts"], single["depth"], single["requests"]) == ("single", 1, 1, 1)
+    assert single["style"] == "prose"
+    # The sidecar's options were applied, and the sidecar went along with its document.
+    bullets = layout.result("legal-debian-social-contract.txt")
+    assert (bullets["style"], bullets["max_summary_tokens"]) == ("bullets", 16)
+    assert 0 < bullets["summary_tokens"] <= 16
+    assert (layout.done / GOOD_SIDECAR).exists()
+    assert (layout.failed / BAD_SIDECAR).exists()
 
     # Every bad input: moved to failed, with a failure record giving the reason.
-    expected_failures = {**BAD_EXPECTED, "too_big.txt": "too_large"}
-    assert layout.inputs_in(layout.failed) == set(expected_failures)
+    expected_failures = {**BAD_EXPECTED, "too_big.txt": "too_large", BAD_OPTIONS: "invalid_options"}
+    assert layout.inputs_in(layout.failed) == {*expected_failures, BAD_SIDECAR}
     for name, reason in expected_failures.items():
         record = layout.error(name)
         assert record["reason"] == reason, (name, record)
         assert record["id"] == name
         assert len(record["message"]) > 10
         assert (layout.failed / name).read_bytes() == inputs[name]  # the input itself, untouched
+    assert "style" in layout.error(BAD_OPTIONS)["message"]
 
     # Nothing else written; ignored files untouched; no temp files left.
-    assert layout.names(layout.outbox) == {f"{n}.summary.json" for n in good_names}
+    assert layout.names(layout.outbox, ".summary.json") == {f"{n}.summary.json" for n in good_names}
     assert layout.inputs_in(layout.inbox) == {"upload.txt.part"}
     assert (layout.inbox / ".still-writing.txt").exists()
     assert not [p for p in layout.outbox.iterdir() if p.name.startswith(".")]
@@ -133,9 +165,10 @@ def _check_result(layout: Layout, name: str, data: bytes) -> None:
     assert result["model"] == layout.model.name
     assert result["sha256"] == hashlib.sha256(data).hexdigest()
     assert result["input_bytes"] == len(data)
-    assert 0 < result["summary_tokens"] <= MAX_SUMMARY_TOKENS
-    assert result["prompt_tokens"] + MAX_SUMMARY_TOKENS <= 4096
+    assert 0 < result["summary_tokens"] <= result["max_summary_tokens"] <= MAX_SUMMARY_TOKENS
+    assert result["prompt_tokens"] <= result["requests"] * (4096 - result["max_summary_tokens"])
     assert result["prompt_tokens"] > result["document_tokens"] - result["dropped_tokens"]
+    assert result["generated_tokens"] >= result["summary_tokens"]
     assert result["truncated"] == (result["dropped_tokens"] > 0)
     assert result["prompt_version"]
     for key in ("queued_s", "engine_s", "total_s"):

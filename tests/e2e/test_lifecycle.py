@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
+import socket
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -51,13 +53,46 @@ def _check_consistent(layout: Layout, inputs: dict[str, bytes]) -> None:
         json.loads(path.read_text(encoding="utf-8"))
 
 
+class NotifyListener:
+    """A real datagram socket standing where systemd's NOTIFY_SOCKET would be; keeps every message."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.messages: list[str] = []
+        self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self._socket.bind(str(path))
+        self._socket.settimeout(0.2)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._listen, daemon=True)
+        self._thread.start()
+
+    def _listen(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.messages.append(self._socket.recv(4096).decode())
+            except TimeoutError:
+                continue
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._socket.close()
+
+    def index(self, field: str) -> int:
+        """Position of the first message holding ``field`` (ValueError if none)."""
+        return next(i for i, message in enumerate(self.messages) if field in message.split("\n"))
+
+
 def test_sigterm_drains_in_flight_documents(
     layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path
 ) -> None:
     inputs = _fill_inbox(layout, corpus, 12)
     layout.write_config(**{"summary.max_summary_tokens": "192", "service.drain_seconds": "240"})
-    daemon = start_daemon()
+    # As under systemd Type=notify with WatchdogSec=1: READY, STATUS, STOPPING and watchdog pings.
+    notify = NotifyListener(layout.root / "notify.sock")
+    daemon = start_daemon({"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "1000000"})
     daemon.wait_ready()
+    wait_for(lambda: any("READY=1" in m for m in notify.messages), 10, "READY=1 on the notify socket")
     # All twelve are taken in at once (the in-flight limit is 128); stop while they run.
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit(timeout=300) == 0, daemon.log_tail()
@@ -68,6 +103,12 @@ def test_sigterm_drains_in_flight_documents(
     # The drain let every in-flight document finish and be acknowledged.
     assert layout.inputs_in(layout.done) == set(inputs), daemon.log_tail()
     _check_consistent(layout, inputs)
+    notify.close()
+    ready, stopping = notify.index("READY=1"), notify.index("STOPPING=1")
+    assert notify.index("STATUS=starting the engine") < ready < stopping
+    # The event loop pinged the watchdog all along, also while the engine was starting (>20 s).
+    assert notify.messages[:ready].count("WATCHDOG=1") >= 10
+    assert "WATCHDOG=1" in notify.messages[stopping:]
 
 
 def test_drain_deadline_aborts_and_leaves_inputs(

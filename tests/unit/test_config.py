@@ -160,15 +160,33 @@ def test_non_utf8_file_is_a_config_error(tmp_path: Path) -> None:
 
 
 def test_summary_tokens_too_large_for_the_context(tmp_path: Path) -> None:
-    text = MINIMAL + "max_model_len = 1024\n[summary]\nmax_summary_tokens = 769\n"
+    text = MINIMAL + "max_model_len = 1024\n[summary]\nmax_summary_tokens = 513\n"
     message = _config_error(_write(tmp_path, text))
-    assert "max_summary_tokens (769)" in message
+    assert "max_summary_tokens (513)" in message
     assert "max_model_len (1024)" in message
 
 
-def test_summary_tokens_at_three_quarters_of_the_context_is_allowed(tmp_path: Path) -> None:
-    text = MINIMAL + "max_model_len = 1024\n[summary]\nmax_summary_tokens = 768\n"
-    assert load_config(_write(tmp_path, text)).summary.max_summary_tokens == 768
+def test_summary_tokens_at_half_of_the_context_is_allowed(tmp_path: Path) -> None:
+    text = MINIMAL + "max_model_len = 1024\n[summary]\nmax_summary_tokens = 512\n"
+    config = load_config(_write(tmp_path, text))
+    assert config.summary.max_summary_tokens == 512
+    assert config.summary.part_tokens(1024) == 170  # parts default to a sixth of the context here
+
+
+def test_part_summary_tokens_must_leave_room_for_several_parts(tmp_path: Path) -> None:
+    text = MINIMAL + "max_model_len = 1024\n[summary]\npart_summary_tokens = 171\n"
+    message = _config_error(_write(tmp_path, text))
+    assert "part_summary_tokens (171)" in message
+
+
+def test_admission_section_is_optional_and_typed(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, MINIMAL))
+    assert config.admission.enabled is True
+    assert config.admission.max_inflight_tokens is None
+    text = MINIMAL + "[admission]\nenabled = false\nwindow_seconds = 5\n"
+    assert load_config(_write(tmp_path, text)).admission.window_seconds == 5
+    message = _config_error(_write(tmp_path, MINIMAL + "[admission]\nmax_inflight_tokens = 10\n"))
+    assert "admission.max_inflight_tokens" in message
 
 
 def test_batched_tokens_must_cover_context_without_chunked_prefill(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ class FakeEngine:
         self.behaviour: dict[str, BaseException] = {}  # doc id -> exception to raise
         self.delays: dict[str, float] = {}  # doc id -> its own delay
         self.stopped = False
+        self.kv_cache_tokens: int | None = None
 
     @property
     def is_running(self) -> bool:
@@ -46,7 +47,7 @@ class FakeEngine:
         self.stopped = True
 
     async def generate(self, prompt_token_ids: list[int], params: Any, request_id: str) -> Generation:
-        doc_id = request_id.rsplit(":", 1)[0]
+        doc_id = request_id.rsplit(":", 2)[0]  # DOC:KINDN:HEX
         self.concurrent += 1
         self.max_concurrent = max(self.max_concurrent, self.concurrent)
         try:

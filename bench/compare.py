@@ -1,0 +1,482 @@
+"""The daemon's pipeline against raw vLLM on the same prompts, and admission control against FIFO.
+
+One command, three measurements in one process (the machines are noisy, so a ratio is only
+meaningful within one run):
+
+1. **daemon**: the real service (folder source, decoding, tokenizing, chunking, admission, the real
+   vLLM ``AsyncLLM`` engine, result files) on a fresh inbox holding the whole workload. Every engine
+   request it makes is recorded: prompt token ids, and how many tokens came out.
+2. **daemon, FIFO** (``--fifo``): the same with ``admission.enabled = false``: requests go to vLLM in
+   arrival order, bounded only by the documents in flight.
+3. **raw vLLM**: what a hand-written batch script does with the same engine settings: offline
+   ``LLM.generate`` on exactly the daemon's prompts, stage by stage (all single and part prompts at
+   once, then each level of combine prompts), each request generating exactly as many tokens as it
+   did in the daemon (``ignore_eos``), so both do the same work.
+
+Throughput is documents per second from the moment the engine is warm (after start-up and the
+warm-up request, in both) to the last result. Latency is per document, from that moment to its
+result written: the wait a user sees who dropped the whole workload in at once.
+
+    .venv/bin/python bench/compare.py [--workload corpus|mixed] [--docs DIR] [--config FILE] [--json FILE]
+
+Workloads: ``corpus`` is every .txt file in ``--docs`` (``--copies N`` distinct copies of each);
+``mixed`` is ``--count`` documents cut from that text with lengths from 500 to 20,000 tokens of the
+served model's tokenizer (70% short: 500-1,500; 30% long: 5,000-20,000), in shuffled order.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import json
+import os
+import platform
+import random
+import shutil
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from daemon.cli import prepare_process  # noqa: E402
+from daemon.config import Config, FolderSourceConfig, MetricsConfig, SourcesConfig, load_config  # noqa: E402
+from daemon.engine import Generation, engine_kwargs, load_tokenizer  # noqa: E402
+
+SHORT_MAX_TOKENS = 2000  # documents up to this many tokens count as short in the latency split
+WARM_UP_ID = "docsumd-warm-up"
+
+
+@dataclass
+class Request:
+    """One engine request the daemon made."""
+
+    doc: str
+    kind: str
+    prompt_ids: list[int]
+    output_tokens: int
+    submitted: float
+    finished: float
+    stage: int = 1
+
+
+@dataclass
+class DaemonRun:
+    """What one pass of the daemon over the workload produced."""
+
+    label: str
+    start: float = 0.0
+    finished_at: dict[str, float] = field(default_factory=dict)
+    outcomes: dict[str, str] = field(default_factory=dict)
+    requests: list[Request] = field(default_factory=list)
+    results: dict[str, dict[str, Any]] = field(default_factory=dict)
+    peak_rss: int = 0
+    engine_start_s: float | None = None
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--workload", choices=("corpus", "mixed"), default="corpus")
+    parser.add_argument("--docs", type=Path, default=REPO.parent / "shared" / "corpus" / "docs")
+    parser.add_argument("--config", type=Path, default=REPO / "docsumd.toml")
+    parser.add_argument("--json", type=Path, default=None, help="write the result here (default: print only)")
+    parser.add_argument("--copies", type=int, default=1, help="corpus: distinct copies of each document")
+    parser.add_argument("--count", type=int, default=60, help="mixed: number of documents")
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--fifo", action="store_true", help="also run the daemon with admission off")
+    parser.add_argument("--no-raw", action="store_true", help="skip the raw vLLM run")
+    parser.add_argument(
+        "--variant",
+        action="append",
+        default=[],
+        metavar="NAME:KEY=VALUE[,KEY=VALUE]",
+        help="an extra daemon pass with admission settings changed, e.g. r256:max_inflight_requests=256",
+    )
+    args = parser.parse_args()
+
+    config = load_config(args.config)
+    prepare_process(config)
+    work = Path(tempfile.mkdtemp(prefix="docsumd-compare-"))
+    os.environ.setdefault("TMPDIR", str(work))
+    tokenizer = load_tokenizer(config.engine)
+    docs = _workload(args, tokenizer)
+    lengths = {name: len(tokenizer.encode(text, add_special_tokens=False)) for name, text in docs}
+    print(f"workload {args.workload}: {len(docs)} documents, {sum(lengths.values())} tokens", file=sys.stderr)
+
+    runs = [_run_daemon(config, docs, work / "admission", admission=True)]
+    if args.fifo:
+        runs.append(_run_daemon(config, docs, work / "fifo", admission=False))
+    variants = [
+        _run_daemon(config, docs, work / name, admission=True, label=name, overrides=overrides)
+        for name, overrides in map(_parse_variant, args.variant)
+    ]
+    raw = None if args.no_raw else _run_raw(config, runs[0].requests)
+    result = _report(args, config, docs, lengths, runs, raw)
+    result["variants"] = {
+        run.label: {**_run_stats(run, lengths), "admission": overrides}
+        for run, (_, overrides) in zip(variants, map(_parse_variant, args.variant), strict=True)
+    }
+    text = json.dumps(result, indent=2)
+    print(text)
+    if args.json is not None:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(text + "\n", encoding="utf-8")
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+# -- workloads ------------------------------------------------------------------------------------
+
+
+def _workload(args: argparse.Namespace, tokenizer: Any) -> list[tuple[str, str]]:
+    files = sorted(args.docs.glob("*.txt"))
+    if not files:
+        raise SystemExit(f"no .txt files in {args.docs}")
+    texts = [(path.name, path.read_text(encoding="utf-8", errors="replace")) for path in files]
+    if args.workload == "corpus":
+        # A distinct first line per copy: copies share no prefix-cache blocks beyond the template.
+        return [
+            (f"c{copy}-{name}", f"Copy {copy} of {name}.\n{text}")
+            for copy in range(1, args.copies + 1)
+            for name, text in texts
+        ]
+    return _mixed(texts, tokenizer, args.count, random.Random(args.seed))
+
+
+def _mixed(
+    texts: list[tuple[str, str]], tokenizer: Any, count: int, rng: random.Random
+) -> list[tuple[str, str]]:
+    """``count`` documents of 500-20,000 tokens cut from the corpus text, in shuffled order."""
+    pool = tokenizer.encode("\n\n".join(text for _, text in texts), add_special_tokens=False)
+    longs = round(count * 0.3)
+    lengths = [rng.randint(5000, 20000) for _ in range(longs)] + [
+        rng.randint(500, 1500) for _ in range(count - longs)
+    ]
+    docs = []
+    for index, length in enumerate(lengths):
+        start = rng.randrange(0, max(1, len(pool) - length))
+        body = tokenizer.decode(pool[start : start + length])
+        docs.append((f"m{index:04d}-{length}.txt", f"Document {index}.\n{body}"))
+    rng.shuffle(docs)
+    return docs
+
+
+# -- the daemon -----------------------------------------------------------------------------------
+
+
+def _parse_variant(text: str) -> tuple[str, dict[str, float | int]]:
+    name, _, settings = text.partition(":")
+    overrides: dict[str, float | int] = {}
+    for pair in filter(None, settings.split(",")):
+        key, _, value = pair.partition("=")
+        overrides[key] = float(value) if "." in value else int(value)
+    return name, overrides
+
+
+def _run_daemon(
+    config: Config,
+    docs: list[tuple[str, str]],
+    folder: Path,
+    *,
+    admission: bool,
+    label: str | None = None,
+    overrides: dict[str, float | int] | None = None,
+) -> DaemonRun:
+    from daemon.service import Service
+
+    inbox = folder / "inbox"
+    inbox.mkdir(parents=True)
+    now = time.time()
+    for position, (name, text) in enumerate(docs):
+        path = inbox / name
+        path.write_text(text, encoding="utf-8")
+        os.utime(path, (now - len(docs) + position, now - len(docs) + position))  # arrival order
+    run_config = config.model_copy(
+        update={
+            "sources": SourcesConfig(
+                folder=FolderSourceConfig(
+                    inbox=inbox,
+                    outbox=folder / "outbox",
+                    done=folder / "done",
+                    failed=folder / "failed",
+                    settle_seconds=0.0,
+                )
+            ),
+            "metrics": MetricsConfig(enabled=False),
+            "admission": config.admission.model_copy(update={"enabled": admission, **(overrides or {})}),
+        }
+    )
+    run = DaemonRun(label=label or ("admission" if admission else "fifo"))
+    all_done = asyncio.Event()
+
+    def finished(item: Any, outcome: str) -> None:
+        run.finished_at[item.id] = time.monotonic()
+        run.outcomes[item.id] = outcome
+        if len(run.finished_at) == len(docs):
+            all_done.set()
+
+    async def serve() -> None:
+        service = Service(run_config, on_finished=finished)
+        _record_requests(service, run)
+        task = asyncio.create_task(service.run())
+        while not service.ready() and not task.done():  # noqa: ASYNC110 - no event for "ready"
+            await asyncio.sleep(0.01)
+        run.start = time.monotonic()
+        run.engine_start_s = service.engine.start_seconds
+        waiter = asyncio.create_task(all_done.wait())
+        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        service.request_stop()
+        await task
+
+    sampler = _RssSampler()
+    with sampler:
+        asyncio.run(serve())
+    run.peak_rss = sampler.peak
+    for path in (folder / "outbox").glob("*.summary.json"):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        run.results[record["id"]] = record
+    gc.collect()
+    print(f"daemon ({run.label}): {len(run.finished_at)} documents", file=sys.stderr)
+    return run
+
+
+def _record_requests(service: Any, run: DaemonRun) -> None:
+    """Wrap the engine's generate to record every request (the raw run replays them)."""
+    original = service.engine.generate
+
+    async def generate(prompt_ids: list[int], params: Any, request_id: str) -> Generation:
+        submitted = time.monotonic()
+        generation: Generation = await original(prompt_ids, params, request_id)
+        if request_id != WARM_UP_ID:
+            doc, kind, _ = request_id.rsplit(":", 2)
+            run.requests.append(
+                Request(
+                    doc=doc,
+                    kind=kind.rstrip("0123456789"),
+                    prompt_ids=list(prompt_ids),
+                    output_tokens=generation.output_tokens,
+                    submitted=submitted,
+                    finished=time.monotonic(),
+                )
+            )
+        return generation
+
+    service.engine.generate = generate
+
+
+class _RssSampler:
+    """Peak RSS of this process and its children (EngineCore, workers), sampled every 0.2 s."""
+
+    def __init__(self) -> None:
+        self.peak = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def __enter__(self) -> _RssSampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _sample(self) -> None:
+        me = psutil.Process()
+        while not self._stop.wait(0.2):
+            total = 0
+            for process in [me, *me.children(recursive=True)]:
+                with contextlib.suppress(psutil.Error):
+                    total += process.memory_info().rss
+            self.peak = max(self.peak, total)
+
+
+# -- raw vLLM -------------------------------------------------------------------------------------
+
+
+def _assign_stages(requests: list[Request]) -> None:
+    """Stage of a request: 1 + the latest stage of its document finished before it was sent."""
+    by_doc: dict[str, list[Request]] = {}
+    for request in sorted(requests, key=lambda r: r.submitted):
+        earlier = by_doc.setdefault(request.doc, [])
+        request.stage = 1 + max((r.stage for r in earlier if r.finished <= request.submitted), default=0)
+        earlier.append(request)
+
+
+def _run_raw(config: Config, requests: list[Request]) -> dict[str, Any]:
+    from vllm import LLM, SamplingParams
+    from vllm.inputs import TokensPrompt
+
+    _assign_stages(requests)
+    summary = config.summary
+    llm = LLM(**engine_kwargs(config.engine))
+    llm.generate(
+        [TokensPrompt(prompt_token_ids=list(range(1, 9)))], SamplingParams(max_tokens=1), use_tqdm=False
+    )
+    stages = sorted({request.stage for request in requests})
+    started = time.monotonic()
+    stage_seconds = []
+    for stage in stages:
+        batch = [request for request in requests if request.stage == stage]
+        stage_started = time.monotonic()
+        llm.generate(
+            [TokensPrompt(prompt_token_ids=request.prompt_ids) for request in batch],
+            [
+                SamplingParams(
+                    max_tokens=max(1, request.output_tokens),
+                    min_tokens=max(1, request.output_tokens),
+                    ignore_eos=True,
+                    temperature=summary.temperature,
+                    top_p=summary.top_p,
+                    repetition_penalty=summary.repetition_penalty,
+                )
+                for request in batch
+            ],
+            use_tqdm=False,
+        )
+        stage_seconds.append(round(time.monotonic() - stage_started, 3))
+    elapsed = time.monotonic() - started
+    try:  # frees the engine's processes now rather than at interpreter exit
+        llm.llm_engine.engine_core.shutdown()
+    except Exception as exc:  # best effort; the process exits soon anyway
+        print(f"raw engine shutdown: {exc!r}", file=sys.stderr)
+    del llm
+    gc.collect()
+    return {
+        "seconds": elapsed,
+        "stages": len(stages),
+        "stage_seconds": stage_seconds,
+        "requests": len(requests),
+    }
+
+
+# -- the report -----------------------------------------------------------------------------------
+
+
+def _report(  # noqa: PLR0917 - one call site, every argument a different kind of input
+    args: argparse.Namespace,
+    config: Config,
+    docs: list[tuple[str, str]],
+    lengths: dict[str, int],
+    runs: list[DaemonRun],
+    raw: dict[str, Any] | None,
+) -> dict[str, Any]:
+    main_run = runs[0]
+    stats = _run_stats(main_run, lengths)
+    prompt_tokens = sum(len(request.prompt_ids) for request in main_run.requests)
+    result: dict[str, Any] = {
+        "benchmark": "bench/compare.py",
+        "workload": args.workload,
+        "docs_dir": str(args.docs),
+        "config": str(args.config),
+        "docs": len(docs),
+        "document_tokens": sum(lengths.values()),
+        "prompt_tokens": prompt_tokens,
+        "generated_tokens": sum(request.output_tokens for request in main_run.requests),
+        "engine_requests": len(main_run.requests),
+        "daemon_docs_per_s": stats["docs_per_s"],
+        "raw_docs_per_s": None,
+        "ratio": None,
+        "p50_latency_s": stats["p50_latency_s"],
+        "p95_latency_s": stats["p95_latency_s"],
+        "peak_rss_mib": round(main_run.peak_rss / 2**20, 1),
+        "daemon": stats,
+    }
+    if raw is not None:
+        raw_docs_per_s = len(docs) / raw["seconds"]
+        result["raw_docs_per_s"] = round(raw_docs_per_s, 3)
+        result["ratio"] = round(stats["docs_per_s"] / raw_docs_per_s, 3)
+        result["raw"] = {**raw, "prompt_tok_per_s": round(prompt_tokens / raw["seconds"], 1)}
+    if len(runs) > 1:
+        fifo = _run_stats(runs[1], lengths)
+        result["fifo"] = fifo
+        result["admission_vs_fifo"] = {
+            "throughput_ratio": round(stats["docs_per_s"] / fifo["docs_per_s"], 3),
+            "short_p95_s": [stats["short"]["p95_latency_s"], fifo["short"]["p95_latency_s"]],
+            "short_p50_s": [stats["short"]["p50_latency_s"], fifo["short"]["p50_latency_s"]],
+            "long_p95_s": [stats["long"]["p95_latency_s"], fifo["long"]["p95_latency_s"]],
+        }
+    result["engine"] = {
+        key: value
+        for key, value in engine_kwargs(config.engine).items()
+        if key not in ("tokenizer", "trust_remote_code", "served_model_name")
+    }
+    result["admission"] = config.admission.model_dump()
+    result["environment"] = _environment()
+    return result
+
+
+def _run_stats(run: DaemonRun, lengths: dict[str, int]) -> dict[str, Any]:
+    elapsed = max(run.finished_at.values()) - run.start
+    latencies = {doc: finished - run.start for doc, finished in run.finished_at.items()}
+    short = [latency for doc, latency in latencies.items() if lengths[doc] <= SHORT_MAX_TOKENS]
+    long = [latency for doc, latency in latencies.items() if lengths[doc] > SHORT_MAX_TOKENS]
+    strategies: dict[str, int] = {}
+    for record in run.results.values():
+        strategies[record["strategy"]] = strategies.get(record["strategy"], 0) + 1
+    failures = {doc: outcome for doc, outcome in run.outcomes.items() if outcome != "ok"}
+    prompt_tokens = sum(len(request.prompt_ids) for request in run.requests)
+    return {
+        "label": run.label,
+        "seconds": round(elapsed, 3),
+        "docs_per_s": round(len(run.finished_at) / elapsed, 3),
+        "prompt_tok_per_s": round(prompt_tokens / elapsed, 1),
+        "engine_start_s": None if run.engine_start_s is None else round(run.engine_start_s, 2),
+        "p50_latency_s": _percentile(list(latencies.values()), 0.50),
+        "p95_latency_s": _percentile(list(latencies.values()), 0.95),
+        "short": {
+            "docs": len(short),
+            "p50_latency_s": _percentile(short, 0.50),
+            "p95_latency_s": _percentile(short, 0.95),
+        },
+        "long": {
+            "docs": len(long),
+            "p50_latency_s": _percentile(long, 0.50),
+            "p95_latency_s": _percentile(long, 0.95),
+        },
+        "strategies": strategies,
+        "parts_max": max((record["parts"] for record in run.results.values()), default=0),
+        "depth_max": max((record["depth"] for record in run.results.values()), default=0),
+        "failures": failures,
+        "cached_prompt_tokens": sum(record["cached_prompt_tokens"] for record in run.results.values()),
+        "peak_rss_mib": round(run.peak_rss / 2**20, 1),
+    }
+
+
+def _percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    if len(values) == 1:
+        return round(values[0], 3)
+    return round(statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1], 3)
+
+
+def _environment() -> dict[str, Any]:
+    import torch
+    import vllm
+
+    device = torch.cuda.get_device_name(0) if torch.cuda.is_available() else platform.processor() or "cpu"
+    return {
+        "when": datetime.now(UTC).isoformat(timespec="seconds"),
+        "host_cpus": os.cpu_count(),
+        "device": device,
+        "vllm": vllm.__version__,
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+    }
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,54 @@
+"""Per-document summary options: a length and style that override the configured defaults.
+
+They come from the source: a sidecar ``NAME.options.json`` beside a file in the watched folder, or
+the fields of a Kafka message. Every field is optional; unknown fields are refused, so a typo fails
+the document with reason ``invalid_options`` instead of being ignored.
+
+Example sidecar::
+
+    {"max_summary_tokens": 120, "style": "bullets"}
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from daemon.config import Strategy, Style
+from daemon.documents import DocumentError
+
+
+class SummaryOptions(BaseModel):
+    """What one document asks for; ``None`` means the configured default."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_summary_tokens: int | None = Field(default=None, ge=16)
+    style: Style | None = None
+    strategy: Strategy | None = None
+
+
+NO_OPTIONS = SummaryOptions()
+
+
+def parse_options(raw: Any) -> SummaryOptions:
+    """Validate options given as a JSON object or JSON text; DocumentError ``invalid_options`` if bad."""
+    if raw is None:
+        return NO_OPTIONS
+    if isinstance(raw, bytes | str):
+        try:
+            raw = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise DocumentError("invalid_options", f"options are not valid JSON: {exc}") from None
+    if not isinstance(raw, dict):
+        raise DocumentError("invalid_options", f"options must be a JSON object, got {type(raw).__name__}")
+    try:
+        return SummaryOptions.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(part) for part in error['loc']) or 'options'}: {error['msg']}"
+            for error in exc.errors()
+        )
+        raise DocumentError("invalid_options", f"invalid options: {problems}") from None

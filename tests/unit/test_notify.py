@@ -1,0 +1,88 @@
+"""daemon.notify against a real AF_UNIX datagram socket, as systemd gives one in NOTIFY_SOCKET."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.notify import SystemdNotifier
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path) -> Iterator[tuple[str, socket.socket]]:
+    path = str(tmp_path / "notify.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    server.bind(path)
+    server.settimeout(2.0)
+    yield path, server
+    server.close()
+
+
+def _receive(server: socket.socket) -> list[str]:
+    return server.recv(4096).decode().split("\n")
+
+
+async def test_ready_stopping_and_status_messages(notify_socket: tuple[str, socket.socket]) -> None:
+    path, server = notify_socket
+    async with SystemdNotifier(path) as notifier:
+        assert notifier.enabled
+        notifier.ready("ready; backlog 3")
+        assert _receive(server) == ["READY=1", "STATUS=ready; backlog 3"]
+        notifier.status("12 summarized")
+        assert _receive(server) == ["STATUS=12 summarized"]
+        notifier.stopping()
+        assert _receive(server) == ["STOPPING=1", "STATUS=draining"]
+
+
+async def test_watchdog_pings_at_half_the_period_until_stopped(
+    notify_socket: tuple[str, socket.socket],
+) -> None:
+    path, server = notify_socket
+    server.setblocking(False)
+    notifier = SystemdNotifier(path, watchdog_usec=200_000)  # pings every 0.1 s
+    await notifier.start()
+    await notifier.start()  # idempotent: still one ping task
+    await asyncio.sleep(0.55)
+    await notifier.stop()
+    pings = []
+    while True:
+        try:
+            pings.append(server.recv(64).decode())
+        except BlockingIOError:
+            break
+    assert set(pings) == {"WATCHDOG=1"}
+    assert 4 <= len(pings) <= 8
+    await asyncio.sleep(0.25)
+    with pytest.raises(BlockingIOError):
+        server.recv(64)  # no pings after stop
+    await notifier.stop()  # idempotent
+
+
+async def test_abstract_socket_name(tmp_path: Path) -> None:
+    name = f"docsumd-test-{uuid.uuid4().hex}"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    server.bind("\0" + name)
+    server.settimeout(2.0)
+    try:
+        async with SystemdNotifier("@" + name) as notifier:
+            notifier.ready()
+            assert _receive(server)[0] == "READY=1"
+    finally:
+        server.close()
+
+
+async def test_without_a_socket_everything_is_a_no_op() -> None:
+    async with SystemdNotifier(None, watchdog_usec=1000) as notifier:
+        assert not notifier.enabled
+        notifier.ready()
+        notifier.stopping()
+
+
+async def test_a_vanished_socket_is_logged_not_raised(tmp_path: Path) -> None:
+    async with SystemdNotifier(str(tmp_path / "gone.sock")) as notifier:
+        notifier.ready()  # no exception: systemd going away must not take the daemon down

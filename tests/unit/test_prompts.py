@@ -1,0 +1,123 @@
+"""Unit tests for daemon.prompts with the tiny model's real tokenizer (no engine)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from daemon.prompts import (
+    SYSTEM_INSTRUCTION,
+    PromptBuilder,
+    PromptKind,
+    PromptTemplate,
+    build_template,
+    length_hint,
+)
+
+
+class PlainTokenizer:
+    """A tokenizer without a chat template (a base model)."""
+
+    chat_template = None
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any:
+        raise AssertionError("must not be called without a chat template")
+
+
+class SystemOnlyTokenizer:
+    """A chat template that drops the user message."""
+
+    chat_template = "{{ messages[0]['content'] }}"
+
+    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any:
+        return conversation[0]["content"]
+
+
+@pytest.fixture(scope="module")
+def template(tokenizer: Any) -> PromptTemplate:
+    return build_template(tokenizer)
+
+
+@pytest.fixture(scope="module")
+def builder(tokenizer: Any) -> PromptBuilder:
+    return PromptBuilder(tokenizer)
+
+
+def test_template_starts_with_the_system_instruction(template: PromptTemplate) -> None:
+    assert template.prefix.startswith(f"<|im_start|>system\n{SYSTEM_INSTRUCTION}<|im_end|>\n")
+
+
+def test_template_puts_the_document_in_the_user_message(template: PromptTemplate) -> None:
+    assert template.prefix.endswith("<|im_start|>user\nSummarize the following document.\n\n<document>\n")
+    assert template.suffix.startswith("\n</document>\n\nWrite the summary as plain prose paragraphs.")
+    assert template.suffix.endswith("<|im_end|>\n<|im_start|>assistant\n")
+
+
+def test_render_places_the_document_between_prefix_and_suffix(template: PromptTemplate) -> None:
+    rendered = template.render("THE DOCUMENT")
+    assert rendered == template.prefix + "THE DOCUMENT" + template.suffix
+    assert rendered.index(SYSTEM_INSTRUCTION) < rendered.index("THE DOCUMENT")
+    assert "\ue000" not in rendered  # the split marker never leaks into prompts
+
+
+def test_style_and_length_go_after_the_document(tokenizer: Any) -> None:
+    prose = build_template(tokenizer, style="prose", max_tokens=100)
+    bullets = build_template(tokenizer, style="bullets", max_tokens=400)
+    assert prose.prefix == bullets.prefix  # options never change the cached prefix
+    assert "bullet points" in bullets.suffix
+    assert "bullet" not in prose.suffix
+    assert length_hint(400) in bullets.suffix
+    assert length_hint(100) in prose.suffix
+
+
+@pytest.mark.parametrize("kind", list(PromptKind))
+def test_every_kind_shares_the_system_prefix(tokenizer: Any, kind: PromptKind) -> None:
+    rendered = build_template(tokenizer, kind)
+    assert rendered.prefix.startswith(f"<|im_start|>system\n{SYSTEM_INSTRUCTION}<|im_end|>\n")
+
+
+def test_part_and_combine_instructions_differ_from_the_document_one(tokenizer: Any) -> None:
+    prefixes = {kind: build_template(tokenizer, kind).prefix for kind in PromptKind}
+    assert len(set(prefixes.values())) == 3
+    assert "one part of a longer document" in prefixes[PromptKind.PART]
+    assert "summaries of consecutive parts" in prefixes[PromptKind.COMBINE]
+
+
+def test_length_hint_grows_with_the_budget() -> None:
+    assert length_hint(100) == "Use at most about 70 words."
+    assert length_hint(10) == "Use at most about 20 words."  # a floor for tiny budgets
+
+
+def test_template_without_chat_template_uses_plain_layout() -> None:
+    template = build_template(PlainTokenizer())  # type: ignore[arg-type]
+    assert template.prefix.startswith(SYSTEM_INSTRUCTION + "\n\n")
+    assert template.prefix.endswith("<document>\n")
+    assert template.suffix.endswith("\n\nSummary:\n")
+
+
+def test_chat_template_that_drops_the_document_is_refused() -> None:
+    with pytest.raises(ValueError, match="dropped the user message"):
+        build_template(SystemOnlyTokenizer())  # type: ignore[arg-type]
+
+
+def test_builder_wraps_the_body_in_the_kind_template(builder: PromptBuilder, tokenizer: Any) -> None:
+    template = build_template(tokenizer, PromptKind.PART, style="prose", max_tokens=64)
+    prompt = builder.build(PromptKind.PART, [7, 8, 9], style="prose", max_tokens=64)
+    prefix = tokenizer.encode(template.prefix, add_special_tokens=False)
+    suffix = tokenizer.encode(template.suffix, add_special_tokens=False)
+    assert prompt == [*prefix, 7, 8, 9, *suffix]
+    assert builder.overhead(PromptKind.PART, style="prose", max_tokens=64) == len(prefix) + len(suffix)
+
+
+def test_builder_prefix_ids_are_identical_across_requests(builder: PromptBuilder) -> None:
+    first = builder.build(PromptKind.DOCUMENT, [5] * 10, style="prose", max_tokens=64)
+    second = builder.build(PromptKind.DOCUMENT, [6] * 500, style="bullets", max_tokens=300)
+    prefix, _ = builder.template_ids(PromptKind.DOCUMENT, style="prose", max_tokens=64)
+    assert first[: len(prefix)] == second[: len(prefix)] == prefix
+
+
+def test_special_tokens_appear_only_in_the_template(builder: PromptBuilder, tokenizer: Any) -> None:
+    im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    prompt = builder.build(PromptKind.DOCUMENT, [], style="prose", max_tokens=64)
+    assert prompt.count(im_end) == 2  # system and user turns

@@ -20,10 +20,10 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any
 
 from daemon.config import ConfigError, EngineConfig, SummaryConfig
+from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ def sampling_params(summary: SummaryConfig, max_tokens: int | None = None) -> Sa
     )
 
 
-class Engine:
+class Engine(Lifecycle):
     """Owns the vLLM engine. ``start()``/``stop()`` are idempotent; ``async with`` does both."""
 
     def __init__(self, config: EngineConfig) -> None:
@@ -216,15 +216,6 @@ class Engine:
         self._llm = None
         gc.collect()
         log.info("engine stopped")
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     async def generate(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str

@@ -8,13 +8,12 @@ there, so one scrape returns both.
 from __future__ import annotations
 
 from collections.abc import Callable
-from types import TracebackType
-from typing import Self
 
 import prometheus_client
 from aiohttp import web
 from prometheus_client import Counter, Gauge, Histogram
 
+from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
 
 log = get_logger(__name__)
@@ -67,7 +66,7 @@ ENGINE_INFLIGHT_TOKENS = Gauge(
 READY = Gauge("docsumd_ready", "1 once the engine is warm and the sources run, 0 while starting or draining.")
 
 
-class MetricsServer:
+class MetricsServer(Lifecycle):
     """Serves the endpoints on ``host:port``. ``start()``/``stop()`` are idempotent."""
 
     def __init__(
@@ -102,15 +101,6 @@ class MetricsServer:
             return
         runner, self._runner = self._runner, None
         await runner.cleanup()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     async def _metrics(self, request: web.Request) -> web.Response:
         body = prometheus_client.generate_latest(prometheus_client.REGISTRY)

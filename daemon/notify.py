@@ -18,15 +18,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from types import TracebackType
-from typing import Self
 
+from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
 
 log = get_logger(__name__)
 
 
-class SystemdNotifier:
+class SystemdNotifier(Lifecycle):
     """Sends notify messages to systemd; owns the watchdog task. ``start()``/``stop()`` are idempotent."""
 
     def __init__(self, socket_path: str | None, *, watchdog_usec: int | None = None) -> None:
@@ -80,15 +79,6 @@ class SystemdNotifier:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     async def _ping(self, period: float) -> None:
         while True:

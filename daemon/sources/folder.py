@@ -36,11 +36,11 @@ from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
 from stat import S_ISREG
-from types import TracebackType
-from typing import Final, Self
+from typing import Final
 
 from daemon.config import FolderSourceConfig
 from daemon.documents import DocumentError, read_input_file
+from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
 from daemon.sinks.folder import FolderSink, fsync_dir
 from daemon.work import Record, SinkError, WorkItem
@@ -67,7 +67,7 @@ def sidecar_names(name: str) -> list[str]:
     return names
 
 
-class FolderSource:
+class FolderSource(Lifecycle):
     """Yields a :class:`WorkItem` per settled file in the inbox. ``start()``/``stop()`` are idempotent."""
 
     def __init__(self, config: FolderSourceConfig, sink: FolderSink, *, max_input_bytes: int) -> None:
@@ -114,15 +114,6 @@ class FolderSource:
                 await self._watcher
             self._watcher = None
         self._wakeup.set()
-
-    async def __aenter__(self) -> Self:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.stop()
 
     async def items(self) -> AsyncIterator[WorkItem]:
         """Yield work items as files settle, until :meth:`stop`. Pull-driven: nothing is read ahead."""

@@ -1,0 +1,132 @@
+#!/usr/bin/env bash
+# Check the observability deployment files in deploy/:
+#   - the Prometheus config and alert rules (promtool check config / check rules),
+#   - the alert rules' unit tests (promtool test rules deploy/prometheus/alerts_test.yml),
+#   - the Grafana dashboard: valid JSON, every panel titled, described and queried, every PromQL
+#     expression parseable (promtool), the provisioning files consistent with it.
+# Installs promtool (Debian package "prometheus") when it is missing. Needs no running service.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v promtool >/dev/null 2>&1; then
+    echo "== installing promtool (apt package prometheus)"
+    sudo=()
+    if [ "$(id -u)" -ne 0 ]; then
+        sudo=(sudo)
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    if ! "${sudo[@]}" apt-get install -y --no-install-recommends prometheus; then
+        "${sudo[@]}" apt-get update
+        "${sudo[@]}" apt-get install -y --no-install-recommends prometheus
+    fi
+fi
+
+echo "== promtool check config"
+promtool check config deploy/prometheus/prometheus.yml
+echo "== promtool check rules"
+promtool check rules deploy/prometheus/alerts.yml
+echo "== promtool test rules"
+promtool test rules deploy/prometheus/alerts_test.yml
+
+echo "== dashboard"
+python=python3
+if [ -x .venv/bin/python ]; then
+    python=.venv/bin/python
+fi
+exprs=$(mktemp --suffix=.yml)
+trap 'rm -f "$exprs"' EXIT
+"$python" - "$exprs" <<'EOF'
+"""Validate deploy/grafana/docsumd.json; write its PromQL as recording rules for promtool to parse."""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+DASHBOARD = Path("deploy/grafana/docsumd.json")
+DATASOURCES = Path("deploy/grafana/provisioning/datasources/prometheus.yml")
+PROVIDERS = Path("deploy/grafana/provisioning/dashboards/docsumd.yml")
+# Grafana's own variables, replaced by what they look like at query time.
+GRAFANA_VARS = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "6h", "$instance": ".*"}
+
+errors: list[str] = []
+with DASHBOARD.open(encoding="utf-8") as stream:
+    dashboard = json.load(stream)
+
+for key in ("title", "uid", "schemaVersion", "panels", "templating"):
+    if key not in dashboard:
+        errors.append(f"dashboard: no {key!r}")
+variables = {v.get("name"): v for v in dashboard.get("templating", {}).get("list", [])}
+if "instance" not in variables:
+    errors.append("dashboard: no 'instance' variable")
+datasource_vars = [v for v in variables.values() if v.get("type") == "datasource"]
+if len(datasource_vars) != 1:
+    errors.append("dashboard: expected one datasource variable")
+
+panels = list(dashboard.get("panels", []))
+for panel in list(panels):
+    panels.extend(panel.get("panels", []))  # panels of collapsed rows
+
+rules = []
+seen_ids: set[int] = set()
+for panel in panels:
+    kind, title = panel.get("type"), panel.get("title")
+    where = f"panel {panel.get('id')} ({title!r})"
+    if not kind:
+        errors.append(f"{where}: no type")
+    if not title:
+        errors.append(f"{where}: no title")
+    if panel.get("id") in seen_ids:
+        errors.append(f"{where}: duplicate id")
+    seen_ids.add(panel.get("id"))
+    grid = panel.get("gridPos", {})
+    if not all(k in grid for k in "hwxy") or grid.get("x", 0) + grid.get("w", 0) > 24:
+        errors.append(f"{where}: bad gridPos {grid}")
+    if kind == "row":
+        continue
+    if not str(panel.get("description", "")).strip():
+        errors.append(f"{where}: no description")
+    if kind == "text":
+        if not panel.get("options", {}).get("content", "").strip():
+            errors.append(f"{where}: text panel without content")
+        continue
+    targets = panel.get("targets") or []
+    if not targets:
+        errors.append(f"{where}: no targets")
+    for target in targets:
+        expr = target.get("expr", "")
+        if not expr.strip():
+            errors.append(f"{where}: target {target.get('refId')} has no expr")
+            continue
+        if not target.get("datasource") and not panel.get("datasource"):
+            errors.append(f"{where}: target {target.get('refId')} has no datasource")
+        for var, value in GRAFANA_VARS.items():
+            expr = expr.replace(var, value)
+        if "$" in expr:
+            errors.append(f"{where}: unknown variable in {expr!r}")
+        record = f"dashboard_check:panel_{panel.get('id')}_{target.get('refId')}"
+        rules.append({"record": record, "expr": expr})
+if not rules:
+    errors.append("dashboard: no PromQL at all")
+
+# Provisioning: the datasource uid the dashboard defaults to, and a file provider.
+default_uid = (datasource_vars[0].get("current", {}) or {}).get("value") if datasource_vars else None
+datasources = DATASOURCES.read_text(encoding="utf-8")
+if not re.search(rf"^\s*uid:\s*{re.escape(str(default_uid))}\s*$", datasources, re.M):
+    errors.append(f"{DATASOURCES}: no datasource with uid {default_uid!r} (the dashboard's default)")
+providers = PROVIDERS.read_text(encoding="utf-8")
+if not re.search(r"^\s*type:\s*file\s*$", providers, re.M) or "path:" not in providers:
+    errors.append(f"{PROVIDERS}: no file provider with a path")
+
+if errors:
+    print("\n".join(f"  FAILED: {e}" for e in errors))
+    sys.exit(1)
+# JSON is YAML: promtool reads this as a rule file.
+Path(sys.argv[1]).write_text(json.dumps({"groups": [{"name": "dashboard", "rules": rules}]}), "utf-8")
+n_panels = sum(1 for p in panels if p.get("type") != "row")
+print(f"  SUCCESS: {DASHBOARD}: {n_panels} panels, {len(rules)} queries")
+EOF
+echo "== dashboard PromQL (promtool)"
+promtool check rules "$exprs"
+
+echo "== deploy checks passed"

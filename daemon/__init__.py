@@ -1,3 +1,3 @@
 """docsumd: a long-running service that summarizes long documents with vLLM."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from typing import Any, Literal, cast
 
 import structlog
 
@@ -60,6 +60,26 @@ def configure_logging(
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:
-    """A structlog logger named after its module."""
-    logger: structlog.stdlib.BoundLogger = structlog.get_logger().bind(logger=name)
-    return logger
+    """A structlog logger named after its module.
+
+    Lazy: modules create their logger at import, often before :func:`configure_logging` runs, and
+    the logger must take the configuration in force when it is used, not structlog's default (which
+    would print console lines to stdout in the middle of a JSON log).
+    """
+    return cast(structlog.stdlib.BoundLogger, _NamedLogger(name))
+
+
+class _NamedLogger:
+    """Binds ``logger=name`` on first use after logging is configured, and keeps that logger."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._bound: Any = None
+
+    def __getattr__(self, attribute: str) -> Any:
+        bound = self._bound
+        if bound is None:
+            bound = structlog.get_logger().bind(logger=self._name)
+            if structlog.is_configured():
+                self._bound = bound
+        return getattr(bound, attribute)

@@ -32,10 +32,17 @@ DOCUMENT_LATENCY = Histogram(
 )
 INFLIGHT = Gauge("docsumd_inflight_documents", "Documents taken in and not yet finished.")
 QUEUED = Gauge("docsumd_queued_documents", "Documents waiting at the sources (e.g. files in the inbox).")
-PROMPT_TOKENS = Counter("docsumd_prompt_tokens", "Prompt tokens sent to the engine.")
-SUMMARY_TOKENS = Counter("docsumd_summary_tokens", "Tokens generated: part, combine and final summaries.")
+PROMPT_TOKENS = Counter(
+    "docsumd_prompt_tokens", "Prompt tokens of summarized documents, all their requests counted (at the end)."
+)
+SUMMARY_TOKENS = Counter(
+    "docsumd_summary_tokens", "Tokens generated for summarized documents: part, combine and final summaries."
+)
 TRUNCATED = Counter("docsumd_truncated_documents", "Documents whose summary did not read the whole text.")
 ENGINE_UP = Gauge("docsumd_engine_up", "1 while the vLLM engine is running, else 0.")
+ENGINE_STARTING = Gauge(
+    "docsumd_engine_starting", "1 while the vLLM engine is being built and warmed up (engine_up is 0 then)."
+)
 LAST_SUCCESS = Gauge("docsumd_last_success_timestamp_seconds", "Unix time of the last document summarized.")
 ENGINE_REQUESTS = Counter(
     "docsumd_engine_requests",

@@ -31,6 +31,7 @@ from daemon.metrics import (
     CHUNKS_PER_DOCUMENT,
     DOCUMENT_LATENCY,
     DOCUMENTS,
+    ENGINE_STARTING,
     ENGINE_UP,
     INFLIGHT,
     LAST_SUCCESS,
@@ -210,6 +211,13 @@ class Service:
             stop.cancel()
 
     async def _start_engine(self) -> None:
+        ENGINE_STARTING.set(1)
+        try:
+            await self._bring_up_engine()
+        finally:
+            ENGINE_STARTING.set(0)
+
+    async def _bring_up_engine(self) -> None:
         start = asyncio.create_task(self.engine.start(), name="engine-start")
         stop = asyncio.create_task(self._stop_requested.wait(), name="stop-wait")
         try:

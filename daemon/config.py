@@ -226,6 +226,14 @@ class KafkaSourceConfig(_Section):
         description="Messages fetched and not yet taken in; when full, partitions are paused (the "
         "consumer stays in its group) and resumed when there is room.",
     )
+    idle_pause_ms: int = Field(
+        default=400,
+        ge=0,
+        le=10_000,
+        description="After a poll that brought nothing, fetching stops this long (new messages wait at "
+        "most this long). Guards against brokers that answer empty fetches at once instead of waiting "
+        "fetch.max.wait.ms, which would keep a core busy; 0 turns it off.",
+    )
     commit_interval_seconds: float = Field(
         default=1.0, gt=0.0, description="How often finished offsets are committed (also on stop, rebalance)."
     )

@@ -59,7 +59,7 @@ SOURCE_NAME: Final = "kafka"
 _JSON_FIELDS: Final = frozenset({"id", "text", "options"})
 _OUR_HEADERS: Final = ("model", "prompt_version")
 _PARSE_IN_THREAD_BYTES: Final = 256 * 1024
-_POLL_MS: Final = 500
+_POLL_MS: Final = 50
 _PAUSED_POLL_MS: Final = 200
 
 
@@ -377,6 +377,8 @@ class KafkaSource(Lifecycle):
             batches = await consumer.getmany(
                 timeout_ms=_PAUSED_POLL_MS if room <= 0 else _POLL_MS, max_records=max(room, 1)
             )
+            if not batches and room > 0 and assigned:
+                await self._idle_pause(consumer)
             for partition, messages in batches.items():
                 if not messages:
                     continue
@@ -397,6 +399,25 @@ class KafkaSource(Lifecycle):
             elif room <= 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._room.wait(), _PAUSED_POLL_MS / 1000)
+
+    async def _idle_pause(self, consumer: AIOKafkaConsumer) -> None:
+        """Nothing came in: stop fetching for ``idle_pause_ms``. aiokafka keeps a fetch request in
+        flight for every partition that is not paused; Kafka holds an empty fetch up to its
+        ``fetch.max.wait.ms``, but a broker that answers at once turns that into a busy loop (the test
+        broker does: one core at 100 %). New messages wait at most this long."""
+        pause_s = self.config.idle_pause_ms / 1000
+        if pause_s <= 0:
+            return
+        idle = consumer.assignment() - consumer.paused()
+        consumer.pause(*idle)
+        try:
+            with contextlib.suppress(TimeoutError):
+                # A rebalance (room set by the assignment listener) ends the pause early.
+                await asyncio.wait_for(self._room.wait(), pause_s)
+        finally:
+            still_ours = idle & consumer.assignment()
+            if still_ours:
+                consumer.resume(*still_ours)
 
     # -- commits and rebalances --------------------------------------------------------------------
 

@@ -8,7 +8,11 @@ meaningful within one run):
    request it makes is recorded: prompt token ids, and how many tokens came out.
 2. **daemon, FIFO** (``--fifo``): the same with ``admission.enabled = false``: requests go to vLLM in
    arrival order, bounded only by the documents in flight.
-3. **raw vLLM**: what a hand-written batch script does with the same engine settings: offline
+3. **daemon, Kafka** (``--kafka``): the same documents produced as JSON messages to a topic of a
+   local noida-db broker that the script starts; the daemon runs with only the Kafka source and
+   writes results to an output topic (read back afterwards). Its throughput over the folder pass's
+   is ``kafka_vs_folder``.
+4. **raw vLLM**: what a hand-written batch script does with the same engine settings: offline
    ``LLM.generate`` on exactly the daemon's prompts, stage by stage (all single and part prompts at
    once, then each level of combine prompts), each request generating exactly as many tokens as it
    did in the daemon (``ignore_eos``), so both do the same work.
@@ -99,6 +103,13 @@ def main() -> int:
     parser.add_argument("--fifo", action="store_true", help="also run the daemon with admission off")
     parser.add_argument("--no-raw", action="store_true", help="skip the raw vLLM run")
     parser.add_argument(
+        "--kafka",
+        action="store_true",
+        help="also run the daemon with the Kafka source: the same documents produced to a topic of a "
+        "local noida-db broker (started and stopped here), results read back from the output topic",
+    )
+    parser.add_argument("--partitions", type=int, default=4, help="--kafka: partitions of the input topic")
+    parser.add_argument(
         "--variant",
         action="append",
         default=[],
@@ -119,12 +130,19 @@ def main() -> int:
     runs = [_run_daemon(config, docs, work / "admission", admission=True)]
     if args.fifo:
         runs.append(_run_daemon(config, docs, work / "fifo", admission=False))
+    kafka_run = _run_kafka(config, docs, work / "kafka", args.partitions) if args.kafka else None
     variants = [
         _run_daemon(config, docs, work / name, admission=True, label=name, overrides=overrides)
         for name, overrides in map(_parse_variant, args.variant)
     ]
     raw = None if args.no_raw else _run_raw(config, runs[0].requests)
     result = _report(args, config, docs, lengths, runs, raw)
+    if kafka_run is not None:
+        kafka_stats = _run_stats(kafka_run, lengths)
+        result["kafka"] = kafka_stats
+        result["kafka_vs_folder"] = round(kafka_stats["docs_per_s"] / result["daemon_docs_per_s"], 3)
+        if result["raw_docs_per_s"]:
+            result["kafka_ratio"] = round(kafka_stats["docs_per_s"] / result["raw_docs_per_s"], 3)
     result["variants"] = {
         run.label: {**_run_stats(run, lengths), "admission": overrides}
         for run, (_, overrides) in zip(variants, map(_parse_variant, args.variant), strict=True)
@@ -195,8 +213,6 @@ def _run_daemon(
     label: str | None = None,
     overrides: dict[str, float | int] | None = None,
 ) -> DaemonRun:
-    from daemon.service import Service
-
     inbox = folder / "inbox"
     inbox.mkdir(parents=True)
     now = time.time()
@@ -219,13 +235,64 @@ def _run_daemon(
             "admission": config.admission.model_copy(update={"enabled": admission, **(overrides or {})}),
         }
     )
-    run = DaemonRun(label=label or ("admission" if admission else "fifo"))
+    run = _serve(run_config, len(docs), label or ("admission" if admission else "fifo"))
+    for path in (folder / "outbox").glob("*.summary.json"):
+        record = json.loads(path.read_text(encoding="utf-8"))
+        run.results[record["id"]] = record
+    print(f"daemon ({run.label}): {len(run.finished_at)} documents", file=sys.stderr)
+    return run
+
+
+def _run_kafka(config: Config, docs: list[tuple[str, str]], folder: Path, partitions: int) -> DaemonRun:
+    """The daemon with only the Kafka source, over the same documents produced to a local broker."""
+    from daemon.config import KafkaSourceConfig
+    from tests.e2e.harness import free_port
+    from tests.kafka_broker import KafkaBroker, create_topics, produce, read_all
+
+    broker = KafkaBroker(port=free_port(), data_dir=folder / "broker")
+    broker.up()
+    try:
+        topics = {"input": "bench-documents", "output": "bench-summaries", "dead": "bench-dead-letters"}
+        asyncio.run(create_topics(broker.bootstrap, list(topics.values()), partitions=partitions))
+        messages = [
+            (name.encode(), json.dumps({"id": name, "text": text}).encode(), []) for name, text in docs
+        ]
+        asyncio.run(produce(broker.bootstrap, topics["input"], messages))
+        kafka = KafkaSourceConfig(
+            bootstrap_servers=broker.bootstrap,
+            input_topics=[topics["input"]],
+            group_id="docsumd-bench",
+            output_topic=topics["output"],
+            dead_letter_topic=topics["dead"],
+        )
+        run_config = config.model_copy(
+            update={"sources": SourcesConfig(kafka=kafka), "metrics": MetricsConfig(enabled=False)}
+        )
+        run = _serve(run_config, len(docs), "kafka")
+        results = asyncio.run(read_all(broker.bootstrap, topics["output"], timeout=30.0))
+        for message in results:
+            record = json.loads(message.value)
+            run.results[record["id"]] = record
+    finally:
+        broker.down()
+    print(
+        f"daemon (kafka): {len(run.finished_at)} documents, {len(run.results)} results read back",
+        file=sys.stderr,
+    )
+    return run
+
+
+def _serve(run_config: Config, expected: int, label: str) -> DaemonRun:
+    """Run the service until ``expected`` documents are finished, timing from ready; then stop it."""
+    from daemon.service import Service
+
+    run = DaemonRun(label=label)
     all_done = asyncio.Event()
 
     def finished(item: Any, outcome: str) -> None:
         run.finished_at[item.id] = time.monotonic()
         run.outcomes[item.id] = outcome
-        if len(run.finished_at) == len(docs):
+        if len(run.finished_at) == expected:
             all_done.set()
 
     async def serve() -> None:
@@ -245,11 +312,7 @@ def _run_daemon(
     with sampler:
         asyncio.run(serve())
     run.peak_rss = sampler.peak
-    for path in (folder / "outbox").glob("*.summary.json"):
-        record = json.loads(path.read_text(encoding="utf-8"))
-        run.results[record["id"]] = record
     gc.collect()
-    print(f"daemon ({run.label}): {len(run.finished_at)} documents", file=sys.stderr)
     return run
 
 

@@ -14,7 +14,7 @@ import tomllib
 from pathlib import Path
 from typing import Any, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "DOCSUMD_"
@@ -183,10 +183,123 @@ class FolderSourceConfig(_Section):
         return self
 
 
+class KafkaSourceConfig(_Section):
+    """The Kafka source: a consumer group reading documents, results and dead letters produced back.
+
+    The connection and security keys are passed through to aiokafka's consumer and producer.
+    """
+
+    bootstrap_servers: str | list[str] = Field(description='"host:port" or a list of them.')
+    input_topics: list[str] = Field(min_length=1, description="Topics to read documents from.")
+    group_id: str = Field(
+        min_length=1, description="The consumer group; daemons sharing it split partitions."
+    )
+    output_topic: str = Field(min_length=1, description="Results go here (key: document id).")
+    dead_letter_topic: str = Field(min_length=1, description="Failure records go here (key: document id).")
+    client_id: str = "docsumd"
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
+    sasl_mechanism: Literal["PLAIN", "GSSAPI", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
+    sasl_plain_username: str | None = None
+    sasl_plain_password: SecretStr | None = Field(
+        default=None, description="Shown as ********** by check-config."
+    )
+    ssl_cafile: Path | None = None
+    ssl_certfile: Path | None = None
+    ssl_keyfile: Path | None = None
+    auto_offset_reset: Literal["earliest", "latest"] = Field(
+        default="earliest", description="Where a group with no committed offset starts."
+    )
+    max_message_bytes: int = Field(
+        default=16 * 1024 * 1024,
+        ge=1,
+        description="Larger message values fail with reason 'too_large' (the dead letter keeps their "
+        "first dead_letter_payload_bytes and their size).",
+    )
+    dead_letter_payload_bytes: int = Field(
+        default=64 * 1024,
+        ge=0,
+        description="How much of the original message value a dead letter carries, at most.",
+    )
+    max_buffered_messages: int = Field(
+        default=32,
+        ge=1,
+        description="Messages fetched and not yet taken in; when full, partitions are paused (the "
+        "consumer stays in its group) and resumed when there is room.",
+    )
+    idle_pause_ms: int = Field(
+        default=400,
+        ge=0,
+        le=10_000,
+        description="After a poll that brought nothing, fetching stops this long (new messages wait at "
+        "most this long). Guards against brokers that answer empty fetches at once instead of waiting "
+        "fetch.max.wait.ms, which would keep a core busy; 0 turns it off.",
+    )
+    commit_interval_seconds: float = Field(
+        default=1.0, gt=0.0, description="How often finished offsets are committed (also on stop, rebalance)."
+    )
+    lag_interval_seconds: float = Field(default=10.0, gt=0.0, description="Consumer lag metric period.")
+    session_timeout_ms: int = Field(default=10_000, ge=1000)
+    heartbeat_interval_ms: int = Field(default=3_000, ge=100)
+    max_poll_interval_ms: int = Field(
+        default=300_000,
+        ge=1000,
+        description="The consumer polls even while partitions are paused, so a long document never "
+        "pushes it out of the group; this bounds a stalled event loop.",
+    )
+    request_timeout_ms: int = Field(default=40_000, ge=1000)
+    max_request_bytes: int = Field(
+        default=16 * 1024 * 1024 + 1024 * 1024,
+        ge=1024,
+        description="The producer's largest request (results and dead letters); the topics' "
+        "max.message.bytes must allow what is sent.",
+    )
+
+    def client_options(self) -> dict[str, Any]:
+        """Connection and security options common to aiokafka's consumer and producer."""
+        options: dict[str, Any] = {
+            "bootstrap_servers": self.bootstrap_servers,
+            "client_id": self.client_id,
+            "security_protocol": self.security_protocol,
+            "request_timeout_ms": self.request_timeout_ms,
+        }
+        if self.sasl_mechanism is not None:
+            options["sasl_mechanism"] = self.sasl_mechanism
+            options["sasl_plain_username"] = self.sasl_plain_username
+            options["sasl_plain_password"] = (
+                None if self.sasl_plain_password is None else self.sasl_plain_password.get_secret_value()
+            )
+        if self.security_protocol in ("SSL", "SASL_SSL"):
+            import ssl
+
+            from aiokafka.helpers import create_ssl_context
+
+            context: ssl.SSLContext = create_ssl_context(
+                cafile=None if self.ssl_cafile is None else str(self.ssl_cafile),
+                certfile=None if self.ssl_certfile is None else str(self.ssl_certfile),
+                keyfile=None if self.ssl_keyfile is None else str(self.ssl_keyfile),
+            )
+            options["ssl_context"] = context
+        return options
+
+    @model_validator(mode="after")
+    def _topics_distinct(self) -> Self:
+        outputs = {self.output_topic, self.dead_letter_topic}
+        if len(outputs) != 2:
+            raise ValueError("output_topic and dead_letter_topic must differ")
+        if outputs & set(self.input_topics):
+            raise ValueError("output_topic and dead_letter_topic must not be input topics (a loop)")
+        if self.sasl_mechanism is None and self.security_protocol.startswith("SASL"):
+            raise ValueError(f"security_protocol {self.security_protocol} needs sasl_mechanism")
+        if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
+            raise ValueError("heartbeat_interval_ms must be at most a third of session_timeout_ms")
+        return self
+
+
 class SourcesConfig(_Section):
-    """Where documents come from. A source runs when its section is present."""
+    """Where documents come from. A source runs when its section is present; both may run at once."""
 
     folder: FolderSourceConfig | None = None
+    kafka: KafkaSourceConfig | None = None
 
 
 class MetricsConfig(_Section):
@@ -263,8 +376,8 @@ class Config(BaseSettings):
 
     def require_source(self) -> None:
         """Raise :class:`ConfigError` unless at least one source is configured (the service needs one)."""
-        if self.sources.folder is None:
-            raise ConfigError("no source configured: add a [sources.folder] section")
+        if self.sources.folder is None and self.sources.kafka is None:
+            raise ConfigError("no source configured: add a [sources.folder] or [sources.kafka] section")
 
     @property
     def inflight_documents(self) -> int:
@@ -314,6 +427,11 @@ def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
         for key in ("inbox", "outbox", "done", "failed"):
             if isinstance(folder.get(key), str):
                 folder[key] = str(base / folder[key])
+    kafka = sources.get("kafka") if isinstance(sources, dict) else None
+    if isinstance(kafka, dict):
+        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
+            if isinstance(kafka.get(key), str):
+                kafka[key] = str(base / kafka[key])
     engine = raw.get("engine")
     if isinstance(engine, dict):
         for key in ("model", "tokenizer"):

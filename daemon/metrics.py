@@ -70,6 +70,16 @@ ENGINE_INFLIGHT_TOKENS = Gauge(
     "docsumd_engine_inflight_tokens",
     "Tokens (prompt plus output budget) of the requests admitted to the engine.",
 )
+KAFKA_LAG = Gauge(
+    "docsumd_kafka_consumer_lag",
+    "Messages of an owned input partition not yet finished: end offset minus committed offset.",
+    ["topic", "partition"],
+)
+KAFKA_PAUSED_PARTITIONS = Gauge(
+    "docsumd_kafka_paused_partitions", "Input partitions paused because the local buffer is full."
+)
+KAFKA_BUFFERED = Gauge("docsumd_kafka_buffered_messages", "Messages fetched and not yet taken in.")
+KAFKA_COMMITS = Counter("docsumd_kafka_commits", "Offset commits, by outcome (ok, failed).", ["outcome"])
 READY = Gauge("docsumd_ready", "1 once the engine is warm and the sources run, 0 while starting or draining.")
 
 

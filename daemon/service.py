@@ -126,6 +126,15 @@ class Service:
         if folder is not None:
             sink = FolderSink(folder.outbox, folder.failed)
             sources.append(FolderSource(folder, sink, max_input_bytes=self.config.limits.max_input_bytes))
+        kafka = self.config.sources.kafka
+        if kafka is not None:
+            # Imported here: aiokafka is loaded only by daemons that read Kafka.
+            from daemon.sinks.kafka import KafkaSink
+            from daemon.sources.kafka import KafkaSource
+
+            sources.append(
+                KafkaSource(kafka, KafkaSink(kafka), max_input_bytes=self.config.limits.max_input_bytes)
+            )
         return sources
 
     # -- health ----------------------------------------------------------------------------------

@@ -153,6 +153,9 @@ class DaemonProcess:
             "HF_HUB_OFFLINE": "1",
             "TRANSFORMERS_OFFLINE": "1",
             "PYTHONUNBUFFERED": "1",
+            # The daemon under test is this checkout's, whatever the venv has installed (a worktree
+            # shares its venv with the main checkout).
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
             **(extra_env or {}),
         }
         log = self.log_path.open("ab")

@@ -255,3 +255,57 @@ def test_check_config_on_missing_file_exits_2(tmp_path: Path, capsys: pytest.Cap
     path = tmp_path / "missing.toml"
     assert main(["check-config", str(path)]) == 2
     assert capsys.readouterr().err == f"docsumd: {path}: no such config file\n"
+
+
+# -- [sources.kafka] -------------------------------------------------------------------------------
+
+KAFKA = """
+[sources.kafka]
+bootstrap_servers = "127.0.0.1:9092"
+input_topics = ["docs"]
+group_id = "docsumd"
+output_topic = "summaries"
+dead_letter_topic = "docs-dlq"
+"""
+
+
+def test_kafka_section_alone_is_a_source(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, MINIMAL + KAFKA))
+    config.require_source()
+    kafka = config.sources.kafka
+    assert kafka is not None
+    assert config.sources.folder is None
+    assert (kafka.input_topics, kafka.group_id, kafka.max_buffered_messages) == (["docs"], "docsumd", 32)
+    assert kafka.client_options()["bootstrap_servers"] == "127.0.0.1:9092"
+
+
+def test_kafka_and_folder_together(tmp_path: Path) -> None:
+    config = load_config(_write(tmp_path, MINIMAL + KAFKA + _folders("in", "out", "done", "failed")))
+    assert config.sources.kafka is not None
+    assert config.sources.folder is not None
+
+
+def test_kafka_output_topic_may_not_be_an_input(tmp_path: Path) -> None:
+    text = MINIMAL + KAFKA.replace('output_topic = "summaries"', 'output_topic = "docs"')
+    assert "loop" in _config_error(_write(tmp_path, text))
+
+
+def test_kafka_sasl_password_is_not_shown(tmp_path: Path) -> None:
+    text = (
+        MINIMAL
+        + KAFKA
+        + (
+            'security_protocol = "SASL_PLAINTEXT"\nsasl_mechanism = "PLAIN"\n'
+            'sasl_plain_username = "u"\nsasl_plain_password = "hunter2"\n'
+        )
+    )
+    config = load_config(_write(tmp_path, text))
+    assert "hunter2" not in config.model_dump_json()
+    kafka = config.sources.kafka
+    assert kafka is not None
+    assert kafka.client_options()["sasl_plain_password"] == "hunter2"
+
+
+def test_kafka_sasl_without_mechanism_is_a_config_error(tmp_path: Path) -> None:
+    text = MINIMAL + KAFKA + 'security_protocol = "SASL_SSL"\n'
+    assert "sasl_mechanism" in _config_error(_write(tmp_path, text))

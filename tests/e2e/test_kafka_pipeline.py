@@ -1,0 +1,231 @@
+"""The daemon end to end on the Kafka path: real vLLM engine (tiny model), real broker (noida-db).
+
+The daemon runs both sources at once (the harness's config always has the folder), sharing one engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import uuid
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
+from tests.kafka_broker import KafkaBroker, committed_offsets, create_topics, end_offsets, produce, read_all
+
+pytestmark = [pytest.mark.engine, pytest.mark.kafka]
+
+MAX_MESSAGE_BYTES = 300_000
+
+
+class Topics:
+    """Fresh topic and group names for one test."""
+
+    def __init__(self) -> None:
+        name = uuid.uuid4().hex[:8]
+        self.input = f"docs-{name}"
+        self.output = f"summaries-{name}"
+        self.dead = f"dead-{name}"
+        self.group = f"docsumd-{name}"
+
+
+def _configure(layout: Layout, broker: KafkaBroker, topics: Topics, **extra: str) -> None:
+    layout.write_config(
+        **{
+            "sources.kafka.bootstrap_servers": json.dumps(broker.bootstrap),
+            "sources.kafka.input_topics": json.dumps([topics.input]),
+            "sources.kafka.group_id": json.dumps(topics.group),
+            "sources.kafka.output_topic": json.dumps(topics.output),
+            "sources.kafka.dead_letter_topic": json.dumps(topics.dead),
+            "sources.kafka.max_message_bytes": str(MAX_MESSAGE_BYTES),
+            "sources.kafka.commit_interval_seconds": "0.2",
+            "sources.kafka.lag_interval_seconds": "1",
+            "sources.kafka.session_timeout_ms": "6000",
+            "sources.kafka.heartbeat_interval_ms": "1000",
+            **extra,
+        }
+    )
+
+
+def _records(broker: KafkaBroker, topic: str) -> list[Any]:
+    return asyncio.run(read_all(broker.bootstrap, topic))
+
+
+def _all_committed(broker: KafkaBroker, topics: Topics) -> bool:
+    ends = asyncio.run(end_offsets(broker.bootstrap, topics.input))
+    committed = asyncio.run(committed_offsets(broker.bootstrap, topics.group, topics.input))
+    return all(committed.get(partition) == end for partition, end in ends.items())
+
+
+def _text(corpus: Path, name: str) -> bytes:
+    return (corpus / "docs" / name).read_bytes()
+
+
+def test_kafka_end_to_end(
+    layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path, kafka_broker: KafkaBroker
+) -> None:
+    topics = Topics()
+    asyncio.run(create_topics(kafka_broker.bootstrap, [topics.input], partitions=2))
+    asyncio.run(create_topics(kafka_broker.bootstrap, [topics.output, topics.dead]))
+    apache = _text(corpus, "legal-common-apache-2.0.txt").decode()
+    good: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = [
+        (
+            b"apache",
+            json.dumps(
+                {"id": "apache", "text": apache, "options": {"style": "bullets", "max_summary_tokens": 16}}
+            ).encode(),
+            [("trace-id", b"t-123")],
+        ),
+        (b"debian", _text(corpus, "legal-debian-social-contract.txt"), []),
+        (b"w99", _text(corpus, "paper-aclsum-w99-0615.txt"), [("content-type", b"text/plain")]),
+        (b"cc0", json.dumps({"text": _text(corpus, "legal-cal-cc0-1.0.txt").decode()}).encode(), []),
+    ]
+    malformed = b'{"id": "broken", "text": "no end'
+    oversized = b"word " * (MAX_MESSAGE_BYTES // 5 + 1000)
+    bad: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = [
+        (b"broken", malformed, []),
+        (b"oversized", oversized, []),
+        (
+            b"haiku",
+            json.dumps({"id": "haiku", "text": "Some text.", "options": {"style": "haiku"}}).encode(),
+            [],
+        ),
+        (b"nul", (corpus / "bad" / "nul_bytes.txt").read_bytes(), []),
+    ]
+    expected_reasons = {
+        "broken": "invalid_message",
+        "oversized": "too_large",
+        "haiku": "invalid_options",
+        "nul": "nul_bytes",
+    }
+    # Half before the start, half while it runs; both partitions get some of each.
+    asyncio.run(produce(kafka_broker.bootstrap, topics.input, good[:2] + bad[:2]))
+    _configure(layout, kafka_broker, topics)
+    daemon = start_daemon()
+    daemon.wait_ready()
+    asyncio.run(produce(kafka_broker.bootstrap, topics.input, good[2:] + bad[2:]))
+    # The folder source runs beside it, on the same engine.
+    drop_file(layout.inbox, "folder-doc.txt", _text(corpus, "legal-cal-ms-rl.txt"))
+
+    def finished() -> bool:
+        return len(_records(kafka_broker, topics.output)) >= len(good) and len(
+            _records(kafka_broker, topics.dead)
+        ) >= len(bad)
+
+    wait_for(finished, 300, "every Kafka input to have a result or a dead letter", interval=1.0)
+    wait_for(
+        lambda: _all_committed(kafka_broker, topics), 30, "the group to commit every offset", interval=0.5
+    )
+    wait_for((layout.outbox / "folder-doc.txt.summary.json").exists, 120, "the folder document")
+
+    _, metrics = daemon.http_get("/metrics")
+    assert f'docsumd_documents_total{{outcome="ok",source="kafka"}} {float(len(good))}' in metrics
+    assert 'docsumd_documents_total{outcome="invalid_message",source="kafka"} 1.0' in metrics
+    assert 'docsumd_documents_total{outcome="ok",source="folder"} 1.0' in metrics
+
+    def lag_is_zero() -> bool:
+        text = daemon.http_get("/metrics")[1]
+        lines = [line for line in text.splitlines() if line.startswith("docsumd_kafka_consumer_lag{")]
+        return len(lines) == 2 and all(line.endswith(" 0.0") for line in lines)
+
+    wait_for(lag_is_zero, 15, "the lag metric of both partitions to reach 0")
+
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait_exit() == 0, daemon.log_tail()
+    assert daemon.group_processes() == []
+
+    # Results: one per good input, key = id, the folder's record, headers for model and prompt version.
+    results = _records(kafka_broker, topics.output)
+    assert Counter(r.key.decode() for r in results) == Counter(["apache", "debian", "w99", "cc0"])
+    for record in results:
+        value = json.loads(record.value)
+        headers = dict(record.headers)
+        assert value["id"] == record.key.decode()
+        assert value["source"] == "kafka"
+        assert isinstance(value["summary"], str)
+        assert value["summary_tokens"] > 0
+        assert headers["model"].decode() == value["model"]
+        assert headers["prompt_version"].decode() == value["prompt_version"]
+        assert value["metadata"]["topic"] == topics.input
+        assert set(value) >= set(json.loads((layout.outbox / "folder-doc.txt.summary.json").read_text()))
+    by_id = {r.key.decode(): json.loads(r.value) for r in results}
+    assert (by_id["apache"]["style"], by_id["apache"]["max_summary_tokens"]) == ("bullets", 16)
+    assert by_id["apache"]["metadata"]["headers"] == {"trace-id": "t-123"}
+    assert dict(next(r for r in results if r.key == b"apache").headers)["trace-id"] == b"t-123"
+    assert by_id["debian"]["input_bytes"] == len(good[1][1] or b"")
+    assert by_id["cc0"]["metadata"]["key"] == "cc0"
+
+    # Dead letters: the stable reason, where the message was, and its payload (cut when too large).
+    letters = {r.key.decode(): json.loads(r.value) for r in _records(kafka_broker, topics.dead)}
+    assert {key: letter["reason"] for key, letter in letters.items()} == expected_reasons
+    for key, letter in letters.items():
+        assert letter["id"] == key
+        assert letter["topic"] == topics.input
+        assert letter["partition"] in (0, 1)
+        assert letter["offset"] >= 0
+        assert len(letter["message"]) > 5
+    assert letters["broken"]["payload"] == malformed.decode()
+    assert letters["broken"]["payload_truncated"] is False
+    assert letters["oversized"]["payload_bytes"] == len(oversized)
+    assert letters["oversized"]["payload_truncated"] is True
+    assert len(letters["oversized"]["payload"]) < len(oversized)
+    assert letters["nul"]["payload_encoding"] == "utf-8"
+    assert _all_committed(kafka_broker, topics)
+
+
+def test_kafka_restart_mid_stream_loses_nothing(
+    layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path, kafka_broker: KafkaBroker
+) -> None:
+    topics = Topics()
+    asyncio.run(create_topics(kafka_broker.bootstrap, [topics.input], partitions=2))
+    asyncio.run(create_topics(kafka_broker.bootstrap, [topics.output, topics.dead]))
+    names = sorted(p.name for p in (corpus / "docs").iterdir() if p.stat().st_size < 12_000)[:10]
+    assert len(names) >= 6
+    asyncio.run(
+        produce(
+            kafka_broker.bootstrap, topics.input, [(name.encode(), _text(corpus, name), []) for name in names]
+        )
+    )
+    # Two documents at a time, and no drain: a stop aborts what is in flight (left unacknowledged).
+    _configure(
+        layout, kafka_broker, topics, **{"service.max_inflight_documents": "2", "service.drain_seconds": "0"}
+    )
+    first = start_daemon()
+    first.wait_ready()
+    wait_for(lambda: len(_records(kafka_broker, topics.output)) >= 2, 240, "the first results", interval=0.5)
+    first.signal(signal.SIGTERM)
+    assert first.wait_exit() == 0, first.log_tail()
+    done_before = {r.key.decode() for r in _records(kafka_broker, topics.output)}
+    committed_before = asyncio.run(committed_offsets(kafka_broker.bootstrap, topics.group, topics.input))
+
+    second = start_daemon()
+    second.wait_ready()
+
+    def all_done() -> bool:
+        return {r.key.decode() for r in _records(kafka_broker, topics.output)} >= set(names)
+
+    wait_for(all_done, 300, "every document to have a result after the restart", interval=1.0)
+    wait_for(
+        lambda: _all_committed(kafka_broker, topics), 30, "the group to commit every offset", interval=0.5
+    )
+    second.signal(signal.SIGTERM)
+    assert second.wait_exit() == 0, second.log_tail()
+
+    counts = Counter(r.key.decode() for r in _records(kafka_broker, topics.output))
+    assert set(counts) == set(names)
+    assert _records(kafka_broker, topics.dead) == []
+    # The stop committed what was finished: a second result only for documents whose result was
+    # written while the stop cut them off (at most the two in flight).
+    duplicates = sum(count - 1 for count in counts.values())
+    assert duplicates <= 2, counts
+    print(  # for the test log: how far the first daemon got
+        f"before restart: {len(done_before)} of {len(names)} done, committed {committed_before}; "
+        f"duplicates {duplicates}"
+    )
+    assert len(done_before) < len(names), "the first daemon finished everything: the restart proved nothing"

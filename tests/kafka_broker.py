@@ -1,0 +1,129 @@
+"""A real Kafka-protocol broker for tests (noida-db), and small async helpers to talk to it.
+
+noida-db (``pip install noida-db==0.2.3``) is a single Rust binary that speaks the Kafka protocol;
+``noida-db up --only kafka`` returns once the broker runs. Its quirks (see the project notes): the
+replication factor must be 1; a member killed with SIGKILL is never evicted from its group (restart
+the broker or use a new group id); a restart keeps topics, records and committed offsets.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+
+
+def noida_binary() -> str | None:
+    """The noida-db command beside this interpreter, or on PATH."""
+    beside = Path(sys.executable).parent / "noida-db"
+    return str(beside) if beside.exists() else shutil.which("noida-db")
+
+
+@dataclass
+class KafkaBroker:
+    """One noida-db broker on 127.0.0.1:``port`` with its state in ``data_dir``."""
+
+    port: int
+    data_dir: Path
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def up(self) -> None:
+        binary = noida_binary()
+        assert binary is not None, "noida-db is not installed"
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        command = [binary, "up", "--only", "kafka", "--host", "127.0.0.1"]
+        command += ["--kafka-port", str(self.port), "--data-dir", str(self.data_dir)]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        if done.returncode != 0:
+            raise RuntimeError(f"noida-db up failed ({done.returncode}):\n{done.stdout}\n{done.stderr}")
+
+    def down(self) -> None:
+        binary = noida_binary()
+        assert binary is not None
+        subprocess.run(
+            [binary, "down", "--data-dir", str(self.data_dir)], capture_output=True, timeout=60, check=False
+        )
+
+
+async def create_topics(bootstrap: str, names: list[str], partitions: int = 1) -> None:
+    admin = AIOKafkaAdminClient(bootstrap_servers=bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics(
+            [NewTopic(name=name, num_partitions=partitions, replication_factor=1) for name in names]
+        )
+    finally:
+        await admin.close()
+
+
+Message = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]  # key, value, headers
+
+
+async def produce(bootstrap: str, topic: str, messages: list[Message], partition: int | None = None) -> None:
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 << 20)
+    await producer.start()
+    try:
+        for key, value, headers in messages:
+            await producer.send_and_wait(topic, value=value, key=key, headers=headers, partition=partition)
+    finally:
+        await producer.stop()
+
+
+async def read_all(bootstrap: str, topic: str, timeout: float = 10.0) -> list[Any]:  # noqa: ASYNC109
+    """Every record of ``topic`` up to its current end (no group, nothing committed)."""
+    consumer = AIOKafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_bytes=64 << 20
+    )
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        if not partitions:
+            return []
+        consumer.assign(partitions)
+        await consumer.seek_to_beginning(*partitions)
+        ends = await consumer.end_offsets(partitions)
+        records: list[Any] = []
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while loop.time() < deadline:
+            positions = [await consumer.position(tp) for tp in partitions]
+            if all(position >= ends[tp] for position, tp in zip(positions, partitions, strict=True)):
+                break
+            batches = await consumer.getmany(timeout_ms=200)
+            for batch in batches.values():
+                records.extend(batch)
+        return records
+    finally:
+        await consumer.stop()
+
+
+async def committed_offsets(bootstrap: str, group_id: str, topic: str) -> dict[int, int | None]:
+    """The group's committed offset per partition of ``topic``."""
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap, group_id=group_id, enable_auto_commit=False)
+    await consumer.start()
+    try:
+        partitions = sorted(consumer.partitions_for_topic(topic) or ())
+        return {p: await consumer.committed(TopicPartition(topic, p)) for p in partitions}
+    finally:
+        await consumer.stop()
+
+
+async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
+    consumer = AIOKafkaConsumer(bootstrap_servers=bootstrap)
+    await consumer.start()
+    try:
+        partitions = [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]
+        ends = await consumer.end_offsets(partitions)
+        return {tp.partition: offset for tp, offset in ends.items()}
+    finally:
+        await consumer.stop()

@@ -226,6 +226,26 @@ class KafkaSourceConfig(_Section):
         description="Messages fetched and not yet taken in; when full, partitions are paused (the "
         "consumer stays in its group) and resumed when there is room.",
     )
+    exactly_once: bool = Field(
+        default=False,
+        description="Transactional output: each commit writes the finished results and dead letters "
+        "together with the consumed offsets in one Kafka transaction, so a consumer reading with "
+        "isolation.level=read_committed sees every result exactly once, even across crashes. A "
+        "result becomes visible only once every earlier message of its partition is finished.",
+    )
+    transactional_id: str | None = Field(
+        default=None,
+        min_length=1,
+        description="exactly_once: the producer's transactional.id; default docsumd-GROUP_ID-HOSTNAME. "
+        "It must be stable across restarts of one daemon (the new producer fences the old one and "
+        "aborts its open transaction) and distinct between daemons running at the same time.",
+    )
+    max_pending_results: int = Field(
+        default=1024,
+        ge=1,
+        description="exactly_once: finished results held until every earlier message of their "
+        "partition is finished; when this many are held, partitions are paused.",
+    )
     idle_pause_ms: int = Field(
         default=400,
         ge=0,

@@ -79,7 +79,15 @@ KAFKA_PAUSED_PARTITIONS = Gauge(
     "docsumd_kafka_paused_partitions", "Input partitions paused because the local buffer is full."
 )
 KAFKA_BUFFERED = Gauge("docsumd_kafka_buffered_messages", "Messages fetched and not yet taken in.")
-KAFKA_COMMITS = Counter("docsumd_kafka_commits", "Offset commits, by outcome (ok, failed).", ["outcome"])
+KAFKA_COMMITS = Counter(
+    "docsumd_kafka_commits",
+    "Offset commits (transactions in exactly-once mode), by outcome (ok, failed).",
+    ["outcome"],
+)
+KAFKA_PENDING_RESULTS = Gauge(
+    "docsumd_kafka_pending_results",
+    "Exactly-once mode: finished results held until every earlier message of their partition is finished.",
+)
 READY = Gauge("docsumd_ready", "1 once the engine is warm and the sources run, 0 while starting or draining.")
 
 

@@ -79,10 +79,21 @@ async def produce(bootstrap: str, topic: str, messages: list[Message], partition
         await producer.stop()
 
 
-async def read_all(bootstrap: str, topic: str, timeout: float = 10.0) -> list[Any]:  # noqa: ASYNC109
-    """Every record of ``topic`` up to its current end (no group, nothing committed)."""
+async def read_all(
+    bootstrap: str,
+    topic: str,
+    timeout: float = 10.0,  # noqa: ASYNC109
+    *,
+    isolation_level: str = "read_uncommitted",
+) -> list[Any]:
+    """Every record of ``topic`` up to its current end (no group, nothing committed).
+    ``isolation_level="read_committed"``: only records of committed transactions (and non-transactional
+    ones), up to the last stable offset."""
     consumer = AIOKafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_bytes=64 << 20
+        bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
+        fetch_max_bytes=64 << 20,
+        isolation_level=isolation_level,
     )
     await consumer.start()
     try:

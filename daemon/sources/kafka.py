@@ -25,6 +25,17 @@ buffer of ``max_buffered_messages``; when it is full every assigned partition is
 once there is room. The consumer keeps polling while paused, so however long a document takes it
 stays in its group (heartbeats run in aiokafka's background task; polls satisfy max.poll.interval).
 
+**Exactly once** (opt-in, ``exactly_once = true``). Outputs are not sent one by one: a finished
+document's result or dead letter is held until every earlier message of its partition is finished;
+each commit then writes the held outputs below the new commit points and those offsets in one Kafka
+transaction. A reader with ``isolation.level=read_committed`` sees each output once: a crash loses
+only uncommitted transactions, whose inputs are read again and redone. Held outputs are bounded by
+``max_pending_results`` (partitions pause when it is reached); outputs of a revoked partition that
+were not yet committable are dropped and redone by its new owner. aiokafka does not send the group
+generation with the offsets (KIP-447), so a daemon stalled past its session timeout that wakes up
+after its partitions moved is not fenced by the broker; its transactional id fences only an
+incarnation with the same id.
+
 **Lag.** ``docsumd_kafka_consumer_lag{topic,partition}``: end offset minus committed offset, per owned
 partition, refreshed every ``lag_interval_seconds``.
 """
@@ -48,10 +59,16 @@ from daemon.config import KafkaSourceConfig
 from daemon.documents import DocumentError
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
-from daemon.metrics import KAFKA_BUFFERED, KAFKA_COMMITS, KAFKA_LAG, KAFKA_PAUSED_PARTITIONS
-from daemon.sinks.kafka import Headers, KafkaSink
+from daemon.metrics import (
+    KAFKA_BUFFERED,
+    KAFKA_COMMITS,
+    KAFKA_LAG,
+    KAFKA_PAUSED_PARTITIONS,
+    KAFKA_PENDING_RESULTS,
+)
+from daemon.sinks.kafka import Headers, KafkaSink, Output, ProducerFencedError, encode_record
 from daemon.sources.offsets import OffsetBook, PartitionOffsets
-from daemon.work import Record, WorkItem
+from daemon.work import Record, SinkError, WorkItem
 
 log = get_logger(__name__)
 
@@ -180,6 +197,9 @@ class KafkaSource(Lifecycle):
         self._commit_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._failure: BaseException | None = None
+        # Exactly-once mode: finished outputs waiting for their transaction, per partition and offset.
+        self._held: dict[TopicPartition, dict[int, Output]] = {}
+        self._held_count = 0
         self.started = False
 
     @property
@@ -245,6 +265,7 @@ class KafkaSource(Lifecycle):
                     await self._commit(consumer, self._book.to_commit(), why="stop")
                 self._book.revoke_all()
                 self._buffer.clear()
+                self._drop_held(list(self._held), why="stop")
                 await consumer.stop()
         finally:
             await self.sink.stop()
@@ -326,6 +347,9 @@ class KafkaSource(Lifecycle):
     async def _complete(self, entry: _Entry, doc_id: str, record: Record) -> None:
         headers: Headers = [(k, v) for k, v in entry.message.headers if k not in _OUR_HEADERS]
         headers += [(name, str(record.get(name, "")).encode("utf-8")) for name in _OUR_HEADERS]
+        if self.config.exactly_once:
+            self._hold(entry, Output(self.config.output_topic, doc_id, encode_record(record), headers))
+            return
         await self.sink.write_result(doc_id, record, headers)
         self._finished(entry)
 
@@ -348,8 +372,48 @@ class KafkaSource(Lifecycle):
             "payload_truncated": len(kept) < len(value),
         }
         headers: Headers = [*message.headers, ("reason", str(record.get("reason", "")).encode("utf-8"))]
+        if self.config.exactly_once:
+            self._hold(
+                entry, Output(self.config.dead_letter_topic, doc_id, encode_record(dead_letter), headers)
+            )
+            return
         await self.sink.write_failure(doc_id, dead_letter, headers)
         self._finished(entry)
+
+    def _hold(self, entry: _Entry, output: Output) -> None:
+        """Exactly-once mode: keep ``output`` for the transaction that commits its offset."""
+        if entry.tracker.revoked:
+            return  # the partition moved on; its new owner redoes this message
+        self._held.setdefault(entry.partition, {})[entry.message.offset] = output
+        self._held_count += 1
+        KAFKA_PENDING_RESULTS.set(self._held_count)
+        self._finished(entry)
+
+    def _held_below(self, offsets: dict[TopicPartition, int]) -> list[tuple[TopicPartition, int]]:
+        """The held outputs that the commit of ``offsets`` covers, as (partition, offset), in order."""
+        covered = []
+        for partition, point in offsets.items():
+            held = self._held.get(partition, {})
+            covered += [(partition, offset) for offset in sorted(held) if offset < point]
+        return covered
+
+    def _release(self, covered: list[tuple[TopicPartition, int]]) -> None:
+        for partition, offset in covered:
+            del self._held[partition][offset]
+        self._held_count -= len(covered)
+        KAFKA_PENDING_RESULTS.set(self._held_count)
+
+    def _drop_held(self, partitions: list[TopicPartition], *, why: str) -> None:
+        dropped = sum(len(self._held.pop(partition, {})) for partition in partitions)
+        if dropped:
+            self._held_count -= dropped
+            KAFKA_PENDING_RESULTS.set(self._held_count)
+            log.info(
+                "finished outputs dropped: an earlier message of their partition was not finished; "
+                "they are redone from the committed offset",
+                count=dropped,
+                why=why,
+            )
 
     def _finished(self, entry: _Entry) -> None:
         entry.tracker.finish(entry.message.offset)  # ignored if the partition was revoked meanwhile
@@ -364,6 +428,8 @@ class KafkaSource(Lifecycle):
         capacity = self.config.max_buffered_messages
         while True:
             room = capacity - len(self._buffer)
+            if self._held_count >= self.config.max_pending_results:
+                room = 0  # exactly-once: outputs wait for an earlier message; take no more for now
             assigned = consumer.assignment()
             paused = consumer.paused()
             if room <= 0:
@@ -440,6 +506,10 @@ class KafkaSource(Lifecycle):
                 offsets = self._book.to_commit()
             if not offsets:
                 return
+            if self.config.exactly_once:
+                if await self._commit_transaction(offsets, why=why):
+                    self._book.mark_committed(offsets)
+                return
             try:
                 await consumer.commit(offsets)
             except KafkaError as exc:
@@ -455,10 +525,43 @@ class KafkaSource(Lifecycle):
                 offsets={f"{tp.topic}-{tp.partition}": o for tp, o in offsets.items()},
             )
 
+    async def _commit_transaction(self, offsets: dict[TopicPartition, int], *, why: str) -> bool:
+        """Exactly-once mode: write the held outputs below ``offsets`` and the offsets in one
+        transaction. Call with the commit lock held. False if it failed (aborted: retried later)."""
+        covered = self._held_below(offsets)
+        outputs = [self._held[partition][offset] for partition, offset in covered]
+        try:
+            await self.sink.write_transaction(outputs, offsets, self.config.group_id)
+        except ProducerFencedError:
+            KAFKA_COMMITS.labels(outcome="failed").inc()
+            raise
+        except SinkError as exc:
+            KAFKA_COMMITS.labels(outcome="failed").inc()
+            log.warning("transaction failed and aborted; retrying later", why=why, error=str(exc))
+            self._commit_wanted.set()
+            return False
+        KAFKA_COMMITS.labels(outcome="ok").inc()
+        self._release(covered)
+        log.debug(
+            "transaction committed",
+            why=why,
+            outputs=len(outputs),
+            offsets={f"{tp.topic}-{tp.partition}": o for tp, o in offsets.items()},
+        )
+        return True
+
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
         consumer = self._consumer
         async with self._commit_lock:
             last = self._book.revoke(revoked)
+            if self.config.exactly_once:
+                # One producer, one transaction at a time: the last one for these partitions runs
+                # under the lock. Whatever it does not cover is dropped and redone by the new owner.
+                if last:
+                    with contextlib.suppress(SinkError):
+                        await self._commit_transaction(last, why="revoke")
+                self._drop_held(list(revoked), why="revoke")
+                last = {}
         self._buffer = deque(entry for entry in self._buffer if entry.partition not in revoked)
         KAFKA_BUFFERED.set(len(self._buffer))
         for partition in revoked:

@@ -175,3 +175,63 @@ async def test_full_buffer_pauses_partitions_and_room_resumes_them(kafka_broker:
 
         await asyncio.wait_for(all_committed(), 15)
         await items.aclose()  # type: ignore[attr-defined]
+
+
+async def test_exactly_once_outputs_become_visible_with_their_offsets_once(kafka_broker: KafkaBroker) -> None:
+    name = uuid.uuid4().hex[:8]
+    config = _config(kafka_broker, exactly_once=True, transactional_id=f"tx-{name}")
+    topic = config.input_topics[0]
+    await create_topics(kafka_broker.bootstrap, [topic, config.output_topic, config.dead_letter_topic])
+    await produce(kafka_broker.bootstrap, topic, [(f"d{i}".encode(), b"text", []) for i in range(5)])
+    result = {"model": "m", "prompt_version": "v"}
+
+    async def visible(topic_name: str) -> list[str]:
+        records = await read_all(kafka_broker.bootstrap, topic_name, isolation_level="read_committed")
+        return [record.key.decode() for record in records]
+
+    async def committed() -> int | None:
+        return (await committed_offsets(kafka_broker.bootstrap, config.group_id, topic))[0]
+
+    async def until_committed(offset: int) -> None:
+        async with asyncio.timeout(15):
+            while await committed() != offset:  # noqa: ASYNC110
+                await asyncio.sleep(0.1)
+
+    source = KafkaSource(config, KafkaSink(config), max_input_bytes=1 << 20)
+    async with source:
+        items = source.items()
+        by_id = {item.id: item for item in await _take(items, 5)}
+        # Finished out of order: held until the earlier message is finished, nothing visible yet.
+        await by_id["d1"].complete({"id": "d1", **result})
+        await by_id["d2"].complete({"id": "d2", **result})
+        await asyncio.sleep(1.0)
+        assert await visible(config.output_topic) == []
+        assert await committed() in (None, 0)
+        await by_id["d0"].complete({"id": "d0", **result})
+        await until_committed(3)
+        assert await visible(config.output_topic) == ["d0", "d1", "d2"]
+        # d4's dead letter waits for d3, which never finishes: the stop drops it, commits nothing more.
+        await by_id["d4"].fail({"id": "d4", "reason": "invalid_message", "message": "bad"})
+        await asyncio.sleep(0.5)
+        await items.aclose()  # type: ignore[attr-defined]
+    assert await committed() == 3
+    assert await visible(config.dead_letter_topic) == []
+    # Everything the producer wrote was committed: a plain reader sees no extra records either.
+    assert [r.key.decode() for r in await read_all(kafka_broker.bootstrap, config.output_topic)] == [
+        "d0",
+        "d1",
+        "d2",
+    ]
+
+    # A new incarnation (same transactional id) redoes d3 and d4 only; each output is visible once.
+    again = KafkaSource(config, KafkaSink(config), max_input_bytes=1 << 20)
+    async with again:
+        items = again.items()
+        redo = {item.id: item for item in await _take(items, 2)}
+        assert set(redo) == {"d3", "d4"}
+        await redo["d4"].fail({"id": "d4", "reason": "invalid_message", "message": "bad"})
+        await redo["d3"].complete({"id": "d3", **result})
+        await until_committed(5)
+        await items.aclose()  # type: ignore[attr-defined]
+    assert await visible(config.output_topic) == ["d0", "d1", "d2", "d3"]
+    assert await visible(config.dead_letter_topic) == ["d4"]

@@ -2,8 +2,9 @@
 # Check the observability deployment files in deploy/:
 #   - the Prometheus config and alert rules (promtool check config / check rules),
 #   - the alert rules' unit tests (promtool test rules deploy/prometheus/alerts_test.yml),
-#   - the Grafana dashboard: valid JSON, every panel titled, described and queried, every PromQL
-#     expression parseable (promtool), the provisioning files consistent with it.
+#   - the Grafana dashboard: valid JSON, every panel titled, described and queried, unique panel ids,
+#     no overlapping panels, every PromQL expression parseable (promtool), the provisioning files
+#     consistent with it.
 # Installs promtool (Debian package "prometheus") when it is missing. Needs no running service.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -108,6 +109,21 @@ for panel in panels:
         rules.append({"record": record, "expr": expr})
 if not rules:
     errors.append("dashboard: no PromQL at all")
+
+# The grid: no two top-level panels may share a cell (panels inside collapsed rows are laid out when
+# their row opens, so only the top level is checked).
+occupied: dict[tuple[int, int], str] = {}
+for panel in dashboard.get("panels", []):
+    grid = panel.get("gridPos", {})
+    where = f"panel {panel.get('id')} ({panel.get('title')!r})"
+    if not all(isinstance(grid.get(k), int) for k in "hwxy"):
+        continue  # reported above
+    xs, ys = range(grid["x"], grid["x"] + grid["w"]), range(grid["y"], grid["y"] + grid["h"])
+    cells = [(x, y) for x in xs for y in ys]
+    clashes = sorted({occupied[cell] for cell in cells if cell in occupied})
+    if clashes:
+        errors.append(f"{where}: gridPos {grid} overlaps {', '.join(clashes)}")
+    occupied.update((cell, where) for cell in cells)
 
 # Provisioning: the datasource uid the dashboard defaults to, and a file provider.
 default_uid = (datasource_vars[0].get("current", {}) or {}).get("value") if datasource_vars else None

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Create docsumd's topics on Apache Kafka (for the Kafka source of the next release): input, output
+# Create docsumd's topics on Apache Kafka (for the Kafka source, [sources.kafka]): input, output
 # and dead letters. Run where kafka-topics.sh is (e.g. inside the apache/kafka container:
 #   docker compose exec kafka /opt/kafka/bin/create-topics.sh, after copying this script in) or set
 # KAFKA_BIN. Partitions bound how many daemons can share the work: make them a multiple of the

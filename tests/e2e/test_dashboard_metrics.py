@@ -1,8 +1,10 @@
 """The Grafana dashboard and the Prometheus alerts query only what the daemon exports.
 
-One real daemon (real vLLM engine, tiny model) summarizes one small corpus document and refuses one
-empty file, so that the labelled series (``docsumd_documents_total{outcome=...}``,
-``docsumd_engine_requests_total{kind=...}``) exist. Then every metric name used in a PromQL
+One real daemon (real vLLM engine, tiny model) with both sources, the watched folder and Kafka (a
+real noida-db broker, fresh topics), summarizes one small corpus document from each and refuses one
+empty file, so that the labelled series (``docsumd_documents_total{source=...,outcome=...}``,
+``docsumd_engine_requests_total{kind=...}``, ``docsumd_kafka_consumer_lag{topic,partition}``,
+``docsumd_kafka_commits_total{outcome}``) exist. Then every metric name used in a PromQL
 expression of ``deploy/grafana/docsumd.json`` and ``deploy/prometheus/alerts.yml`` must be a sample
 name of the ``/metrics`` scrape, spelled as exposed (``_total``, ``_bucket``, ``_sum``, ``_count``
 included: PromQL selects samples by exactly that name), and every label those expressions match on
@@ -11,9 +13,11 @@ or group by must be carried by the metrics they use.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +27,9 @@ import pytest
 import yaml  # type: ignore[import-untyped]
 
 from tests.e2e.harness import REPO, DaemonProcess, Layout, drop_file, wait_for
+from tests.kafka_broker import KafkaBroker, create_topics, produce
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.kafka]
 
 DASHBOARD = REPO / "deploy" / "grafana" / "docsumd.json"
 ALERTS = REPO / "deploy" / "prometheus" / "alerts.yml"
@@ -41,6 +46,7 @@ _MATCHER_LABEL = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*(?:=~|!~|!=|=)")
 _GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
 _SAMPLE = re.compile(r"([A-Za-z_:][A-Za-z0-9_:]*)(?:\{(.*)\})?\s")
 _LABEL_NAME = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"(?:[^"\\]|\\.)*"')
+_LABEL_VALUE = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"')
 
 
 @dataclass
@@ -132,8 +138,41 @@ def _names(queries: Iterable[str]) -> set[str]:
     return names
 
 
+def _has_sample(text: str, name: str, **labels: str) -> bool:
+    """Whether the exposition ``text`` has a sample of ``name`` carrying these label values."""
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is not None and match.group(1) == name:
+            carried = dict(_LABEL_VALUE.findall(match.group(2) or ""))
+            if labels.items() <= carried.items():
+                return True
+    return False
+
+
+def _configure_kafka(layout: Layout, broker: KafkaBroker) -> str:
+    """Fresh input, output and dead-letter topics and group; the daemon's config reads them.
+    Returns the input topic."""
+    name = uuid.uuid4().hex[:8]
+    topics = {"input": f"docs-{name}", "output": f"summaries-{name}", "dead": f"dead-{name}"}
+    asyncio.run(create_topics(broker.bootstrap, list(topics.values())))
+    layout.write_config(
+        **{
+            "sources.kafka.bootstrap_servers": json.dumps(broker.bootstrap),
+            "sources.kafka.input_topics": json.dumps([topics["input"]]),
+            "sources.kafka.group_id": json.dumps(f"docsumd-{name}"),
+            "sources.kafka.output_topic": json.dumps(topics["output"]),
+            "sources.kafka.dead_letter_topic": json.dumps(topics["dead"]),
+            "sources.kafka.commit_interval_seconds": "0.2",
+            "sources.kafka.lag_interval_seconds": "1",
+            "sources.kafka.session_timeout_ms": "6000",
+            "sources.kafka.heartbeat_interval_ms": "1000",
+        }
+    )
+    return topics["input"]
+
+
 def test_dashboard_and_alerts_use_exported_metrics(
-    layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path
+    layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path, kafka_broker: KafkaBroker
 ) -> None:
     queries = {
         **dashboard_queries(json.loads(DASHBOARD.read_text(encoding="utf-8"))),
@@ -146,21 +185,31 @@ def test_dashboard_and_alerts_use_exported_metrics(
         "docsumd_document_latency_seconds_bucket",
         "docsumd_queued_documents",
         "vllm:kv_cache_usage_perc",
+        "docsumd_kafka_consumer_lag",
+        "docsumd_kafka_commits_total",
+        "docsumd_kafka_paused_partitions",
+        "docsumd_kafka_buffered_messages",
     } <= used, used
 
+    input_topic = _configure_kafka(layout, kafka_broker)
+    document = (corpus / "docs" / SMALL_DOCUMENT).read_bytes()
     daemon = start_daemon()
     daemon.wait_ready()
-    drop_file(layout.inbox, SMALL_DOCUMENT, (corpus / "docs" / SMALL_DOCUMENT).read_bytes())
+    drop_file(layout.inbox, SMALL_DOCUMENT, document)
     drop_file(layout.inbox, "empty.txt", b"")  # refused as "empty": a failure outcome
+    asyncio.run(produce(kafka_broker.bootstrap, input_topic, [(b"kafka-doc", document, [])]))
 
-    def both_counted() -> bool:
+    def all_counted() -> bool:
         text = daemon.http_get("/metrics")[1]
-        return all(
-            re.search(rf'^docsumd_documents_total\{{[^}}]*outcome="{outcome}"', text, re.M)
-            for outcome in ("ok", "empty")
+        return (
+            _has_sample(text, "docsumd_documents_total", source="folder", outcome="ok")
+            and _has_sample(text, "docsumd_documents_total", source="folder", outcome="empty")
+            and _has_sample(text, "docsumd_documents_total", source="kafka", outcome="ok")
+            and _has_sample(text, "docsumd_kafka_commits_total", outcome="ok")
+            and _has_sample(text, "docsumd_kafka_consumer_lag", topic=input_topic, partition="0")
         )
 
-    wait_for(both_counted, 240, "both documents to be counted in /metrics", interval=1.0)
+    wait_for(all_counted, 240, "all three documents, a commit and the lag to be in /metrics", interval=1.0)
     status, text = daemon.http_get("/metrics")
     assert status == 200
     exported = exposition(text)

@@ -7,7 +7,7 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
 =================  ==========================================================================
 ``empty``          zero bytes
 ``whitespace_only`` nothing but whitespace (including no-break spaces) after decoding
-``too_large``      over ``limits.max_input_bytes``
+``too_large``      over ``limits.max_input_bytes`` (Kafka: ``max_message_bytes``)
 ``binary``         not text: compressed or other binary formats, random bytes
 ``invalid_utf8``   text that is not valid UTF-8 (e.g. Latin-1) and carries no UTF-16/32 BOM
 ``invalid_encoding`` starts with a UTF-16/32 byte-order mark but does not decode as that encoding
@@ -17,6 +17,7 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
 ``too_long``       needs more than ``summary.max_parts`` parts (set by the summarizer)
 ``invalid_options`` the document's own options (sidecar, message fields) are not valid
 ``internal_error`` a bug met on this document (logged with its traceback)
+``invalid_message`` a Kafka message that is not a document (bad JSON, no text, no value)
 =================  ==========================================================================
 """
 

@@ -110,6 +110,13 @@ def main() -> int:
     )
     parser.add_argument("--partitions", type=int, default=4, help="--kafka: partitions of the input topic")
     parser.add_argument(
+        "--kafka-rounds",
+        type=int,
+        default=1,
+        help="--kafka: after the first folder and Kafka passes, this many more pairs in turn (folder, "
+        "Kafka, folder, Kafka...), so a drift of the machine's speed shows in the pairs' ratios",
+    )
+    parser.add_argument(
         "--variant",
         action="append",
         default=[],
@@ -131,6 +138,12 @@ def main() -> int:
     if args.fifo:
         runs.append(_run_daemon(config, docs, work / "fifo", admission=False))
     kafka_run = _run_kafka(config, docs, work / "kafka", args.partitions) if args.kafka else None
+    kafka_pairs = [(runs[0], kafka_run)] if kafka_run is not None else []
+    for round_ in range(2, args.kafka_rounds + 1 if args.kafka else 0):
+        folder_run = _run_daemon(
+            config, docs, work / f"folder{round_}", admission=True, label=f"folder{round_}"
+        )
+        kafka_pairs.append((folder_run, _run_kafka(config, docs, work / f"kafka{round_}", args.partitions)))
     variants = [
         _run_daemon(config, docs, work / name, admission=True, label=name, overrides=overrides)
         for name, overrides in map(_parse_variant, args.variant)
@@ -143,6 +156,20 @@ def main() -> int:
         result["kafka_vs_folder"] = round(kafka_stats["docs_per_s"] / result["daemon_docs_per_s"], 3)
         if result["raw_docs_per_s"]:
             result["kafka_ratio"] = round(kafka_stats["docs_per_s"] / result["raw_docs_per_s"], 3)
+        pairs = []
+        for folder_run, kafka_pass in kafka_pairs:
+            assert kafka_pass is not None
+            folder_rate = _run_stats(folder_run, lengths)["docs_per_s"]
+            kafka_rate = _run_stats(kafka_pass, lengths)["docs_per_s"]
+            pairs.append(
+                {
+                    "folder_docs_per_s": folder_rate,
+                    "kafka_docs_per_s": kafka_rate,
+                    "kafka_vs_folder": round(kafka_rate / folder_rate, 3),
+                }
+            )
+        result["kafka_pairs"] = pairs
+        result["kafka_vs_folder_median"] = statistics.median(pair["kafka_vs_folder"] for pair in pairs)
     result["variants"] = {
         run.label: {**_run_stats(run, lengths), "admission": overrides}
         for run, (_, overrides) in zip(variants, map(_parse_variant, args.variant), strict=True)

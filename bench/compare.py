@@ -169,7 +169,9 @@ def main() -> int:
                 }
             )
         result["kafka_pairs"] = pairs
-        result["kafka_vs_folder_median"] = statistics.median(pair["kafka_vs_folder"] for pair in pairs)
+        result["kafka_vs_folder_median"] = round(
+            statistics.median(pair["kafka_vs_folder"] for pair in pairs), 3
+        )
     result["variants"] = {
         run.label: {**_run_stats(run, lengths), "admission": overrides}
         for run, (_, overrides) in zip(variants, map(_parse_variant, args.variant), strict=True)

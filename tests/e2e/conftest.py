@@ -47,7 +47,7 @@ def start_daemon(layout: Layout) -> Iterator[Callable[..., DaemonProcess]]:
     for daemon in started:
         if daemon.proc is not None and daemon.proc.poll() is None:
             daemon.kill_group()
-        leftovers = daemon.group_processes()
+        leftovers = daemon.leftover_processes()
         if leftovers:
             daemon.kill_group()
             pytest.fail(f"processes left behind by the daemon: {leftovers}")

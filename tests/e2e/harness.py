@@ -221,6 +221,15 @@ class DaemonProcess:
                 return
             time.sleep(0.1)
 
+    def leftover_processes(self, grace: float = 15.0) -> list[str]:
+        """Processes of the daemon's group still alive ``grace`` seconds after it exited. Python's
+        multiprocessing resource tracker outlives its parent by a moment (it cleans up after it), longer
+        on a loaded machine; a process still there after the grace is a real leak."""
+        deadline = time.monotonic() + grace
+        while (alive := self.group_processes()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return alive
+
     def group_processes(self) -> list[str]:
         """Descriptions of processes still alive in the daemon's process group (zombies excluded)."""
         alive = []

@@ -102,8 +102,7 @@ def test_folder_end_to_end(layout: Layout, start_daemon: Callable[..., DaemonPro
     # Stop with SIGTERM: exit 0, no engine process left.
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0, daemon.log_tail()
-    # Every process of the daemon exits with it (the multiprocessing resource tracker may take a moment).
-    wait_for(lambda: daemon.group_processes() == [], 15, "the daemon's other processes to exit")
+    assert daemon.leftover_processes() == []  # every process of the daemon exits with it
 
     # Every good input: moved to done, with a complete result.
     assert layout.inputs_in(layout.done) == {*good_names, GOOD_SIDECAR}

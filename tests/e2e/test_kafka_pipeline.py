@@ -138,8 +138,7 @@ def test_kafka_end_to_end(
 
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0, daemon.log_tail()
-    # Every process of the daemon exits with it (the multiprocessing resource tracker may take a moment).
-    wait_for(lambda: daemon.group_processes() == [], 15, "the daemon's other processes to exit")
+    assert daemon.leftover_processes() == []  # every process of the daemon exits with it
 
     # Results: one per good input, key = id, the folder's record, headers for model and prompt version.
     results = _records(kafka_broker, topics.output)

@@ -96,7 +96,7 @@ def test_sigterm_drains_in_flight_documents(
     # All twelve are taken in at once (the in-flight limit is 128); stop while they run.
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit(timeout=300) == 0, daemon.log_tail()
-    assert daemon.group_processes() == []
+    assert daemon.leftover_processes() == []
     drains = [e for e in daemon.log_events() if e.get("event") == "draining in-flight documents"]
     assert drains, "no drain happened: nothing was in flight at SIGTERM, so the test proved nothing"
     assert drains[0]["inflight"] > 0
@@ -120,7 +120,7 @@ def test_drain_deadline_aborts_and_leaves_inputs(
     daemon.wait_ready()
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit(timeout=120) == 0, daemon.log_tail()
-    assert daemon.group_processes() == []
+    assert daemon.leftover_processes() == []
     # Unfinished documents were aborted and stay in the inbox, with no result written for them.
     left = layout.inputs_in(layout.inbox)
     assert left, "expected documents still unfinished after a 1 s drain"
@@ -141,7 +141,7 @@ def test_kill_9_then_restart_loses_nothing(
     first.wait_ready()
     wait_for(lambda: len(layout.inputs_in(layout.done)) >= 3, 240, "a few results before the crash")
     first.kill_group()  # kill -9 of the daemon and its engine processes, as a crash plus systemd would
-    assert first.group_processes() == []
+    assert first.leftover_processes() == []
     done_before_crash = layout.inputs_in(layout.done)
     assert layout.inputs_in(layout.inbox), "the crash came too late: nothing was left to redo"
     _check_consistent(layout, inputs)

@@ -15,11 +15,12 @@ transaction (a crash) is invisible to them, and its inputs are read again from t
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final, Literal
 
 from daemon.config import KafkaSourceConfig
 from daemon.lifecycle import Lifecycle
@@ -29,6 +30,10 @@ from daemon.work import Record, SinkError
 log = get_logger(__name__)
 
 Headers = list[tuple[str, bytes]]
+
+SEND_RETRY_SECONDS: Final = 60.0
+_FIRST_BACKOFF_S: Final = 0.2
+_MAX_BACKOFF_S: Final = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,9 +63,11 @@ def encode_record(record: Record) -> bytes:
 class KafkaSink(Lifecycle):
     """The producer for the output and dead-letter topics. ``start()``/``stop()`` are idempotent."""
 
-    def __init__(self, config: KafkaSourceConfig) -> None:
+    def __init__(self, config: KafkaSourceConfig, *, retry_seconds: float = SEND_RETRY_SECONDS) -> None:
         self.config = config
+        self.retry_seconds = retry_seconds
         self._producer: Any = None
+        self._renewing = asyncio.Lock()
 
     async def start(self) -> None:
         """Connect the producer."""
@@ -100,15 +107,64 @@ class KafkaSink(Lifecycle):
         await self.send(self.config.dead_letter_topic, key, encode_record(record), headers)
 
     async def send(self, topic: str, key: str, value: bytes, headers: Headers) -> None:
-        """Send one record; :class:`SinkError` unless the broker acknowledged it."""
-        if self._producer is None:
-            raise SinkError(f"cannot write to {topic}: the Kafka producer is not running")
+        """Send one record; :class:`SinkError` unless the broker acknowledged it.
+
+        A failure that can pass is retried, with backoff, for up to ``retry_seconds`` from the first
+        one; then, and for any other failure at once, :class:`SinkError` (fatal). See
+        :func:`send_failure_remedy` for which failures are retried and how. Nothing is acknowledged
+        before the broker has the record, so a retry can at worst write it twice (at least once).
+        """
         from aiokafka.errors import KafkaError
 
+        loop = asyncio.get_running_loop()
+        deadline: float | None = None
+        backoff = _FIRST_BACKOFF_S
+        while True:
+            producer = self._producer
+            if producer is None:
+                raise SinkError(f"cannot write to {topic}: the Kafka producer is not running")
+            try:
+                await producer.send_and_wait(topic, value=value, key=key.encode("utf-8"), headers=headers)
+                return
+            except (KafkaError, OSError) as exc:
+                remedy = send_failure_remedy(exc)
+                if remedy is None:
+                    raise SinkError(f"cannot write to Kafka topic {topic}: {exc!r}") from exc
+                if deadline is None:
+                    deadline = loop.time() + self.retry_seconds
+                if loop.time() >= deadline:
+                    raise SinkError(
+                        f"cannot write to Kafka topic {topic}, still failing after "
+                        f"{self.retry_seconds:g} s of retries: {exc!r}"
+                    ) from exc
+                log.warning("kafka write failed; retrying", topic=topic, error=repr(exc), remedy=remedy)
+                if remedy == "new_producer":
+                    await self._renew(producer)
+                await asyncio.sleep(min(backoff, max(0.0, deadline - loop.time())))
+                backoff = min(2 * backoff, _MAX_BACKOFF_S)
+
+    async def _renew(self, broken: Any) -> None:
+        """Replace ``broken`` with a new producer (a new producer id, sequence numbers from 0), unless
+        another send replaced it already. If the new one cannot start, ``broken`` stays (the caller's
+        next attempt fails again and comes back here)."""
+        async with self._renewing:
+            if self._producer is not broken:
+                return
+            self._producer = None
+            try:
+                await self.start()
+            except Exception as exc:
+                log.warning("cannot start a new kafka producer; retrying", error=repr(exc))
+                return
+            finally:
+                if self._producer is None:
+                    self._producer = broken  # stop() stops it
+        log.warning("kafka producer replaced: the broker no longer knows its sequence numbers")
         try:
-            await self._producer.send_and_wait(topic, value=value, key=key.encode("utf-8"), headers=headers)
-        except (KafkaError, OSError) as exc:
-            raise SinkError(f"cannot write to Kafka topic {topic}: {exc!r}") from exc
+            # Its pending sends fail as this one did and are retried on the new producer.
+            await asyncio.wait_for(broken.stop(), self.retry_seconds)
+        except Exception as exc:
+            log.warning("the replaced kafka producer did not stop cleanly", error=repr(exc))
 
     async def write_transaction(
         self, outputs: Sequence[Output], offsets: Mapping[Any, int], group_id: str
@@ -142,3 +198,19 @@ class KafkaSink(Lifecycle):
             ) from exc
         except (KafkaError, OSError) as exc:
             raise SinkError(f"the Kafka transaction failed and was aborted: {exc!r}") from exc
+
+
+def send_failure_remedy(exc: BaseException) -> Literal["retry", "new_producer"] | None:
+    """What may get a failed send through: ``"retry"`` the same producer (the broker or the
+    connection was briefly unavailable: an aiokafka error marked retriable, a timeout waiting for
+    metadata or buffer room, an OS error), a ``"new_producer"`` (the broker lost this idempotent
+    producer's state, e.g. records it acknowledged and dropped on a restart, so every later sequence
+    number is out of order: Kafka's own client starts a new producer epoch for these), or None: no
+    retry can help (a record too large, no authorization, ...)."""
+    from aiokafka.errors import KafkaError, KafkaTimeoutError, OutOfOrderSequenceNumber, UnknownProducerId
+
+    if isinstance(exc, OutOfOrderSequenceNumber | UnknownProducerId):
+        return "new_producer"
+    if isinstance(exc, KafkaTimeoutError | OSError) or (isinstance(exc, KafkaError) and exc.retriable):
+        return "retry"
+    return None

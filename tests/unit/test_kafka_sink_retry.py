@@ -1,0 +1,149 @@
+"""Unit tests of KafkaSink.send's retries: which failures are retried, on which producer, for how long.
+
+The producer is a scripted stand-in (each send pops the next outcome); the real broker path, a broker
+restart under a running daemon, is tests/e2e/test_kafka_resilience.py.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+from aiokafka.errors import (
+    KafkaConnectionError,
+    KafkaTimeoutError,
+    MessageSizeTooLargeError,
+    OutOfOrderSequenceNumber,
+    UnknownProducerId,
+)
+
+from daemon.config import KafkaSourceConfig
+from daemon.sinks.kafka import KafkaSink, send_failure_remedy
+from daemon.work import SinkError
+
+CONFIG = KafkaSourceConfig.model_validate(
+    {
+        "bootstrap_servers": "127.0.0.1:9",
+        "input_topics": ["in"],
+        "group_id": "g",
+        "output_topic": "out",
+        "dead_letter_topic": "dlq",
+    }
+)
+
+
+class FakeProducer:
+    """Fails sends with the scripted exceptions, in order, then succeeds."""
+
+    def __init__(self, name: str, failures: list[BaseException]) -> None:
+        self.name = name
+        self.failures = failures
+        self.sent: list[tuple[str, bytes]] = []
+        self.stopped = False
+
+    async def send_and_wait(self, topic: str, *, value: bytes, key: bytes, headers: Any) -> None:
+        await asyncio.sleep(0)
+        if self.stopped:
+            raise AssertionError(f"{self.name} used after stop")
+        if self.failures:
+            raise self.failures.pop(0)
+        self.sent.append((topic, value))
+
+    async def stop(self) -> None:
+        self.stopped = True
+
+
+class ScriptedSink(KafkaSink):
+    """start() installs the next scripted producer instead of connecting to a broker."""
+
+    def __init__(self, producers: list[FakeProducer | BaseException], retry_seconds: float = 5.0) -> None:
+        super().__init__(CONFIG, retry_seconds=retry_seconds)
+        self.script = producers
+        self.started: list[FakeProducer] = []
+
+    async def start(self) -> None:
+        if self._producer is not None:
+            return
+        step = self.script.pop(0)
+        if isinstance(step, BaseException):
+            raise step
+        self._producer = step
+        self.started.append(step)
+
+
+def test_remedies() -> None:
+    assert send_failure_remedy(OutOfOrderSequenceNumber()) == "new_producer"
+    assert send_failure_remedy(UnknownProducerId()) == "new_producer"
+    assert send_failure_remedy(KafkaConnectionError()) == "retry"
+    assert send_failure_remedy(KafkaTimeoutError()) == "retry"
+    assert send_failure_remedy(ConnectionResetError()) == "retry"
+    assert send_failure_remedy(MessageSizeTooLargeError()) is None
+
+
+async def test_lost_producer_state_gets_a_new_producer_and_the_record_is_sent_again() -> None:
+    old = FakeProducer("old", [OutOfOrderSequenceNumber()])
+    new = FakeProducer("new", [])
+    sink = ScriptedSink([old, new])
+    await sink.start()
+    await sink.send("out", "k", b"v", [])
+    assert old.sent == []
+    assert old.stopped
+    assert new.sent == [("out", b"v")]
+    assert sink.started == [old, new]
+
+
+async def test_concurrent_sends_on_a_broken_producer_replace_it_once() -> None:
+    old = FakeProducer("old", [OutOfOrderSequenceNumber() for _ in range(3)])
+    new = FakeProducer("new", [])
+    sink = ScriptedSink([old, new])
+    await sink.start()
+    await asyncio.gather(*(sink.send("out", f"k{i}", b"v%d" % i, []) for i in range(3)))
+    assert sink.started == [old, new]
+    assert sorted(value for _, value in new.sent) == [b"v0", b"v1", b"v2"]
+
+
+async def test_a_retriable_error_is_retried_on_the_same_producer() -> None:
+    producer = FakeProducer("only", [KafkaConnectionError(), KafkaTimeoutError()])
+    sink = ScriptedSink([producer])
+    await sink.start()
+    await sink.send("out", "k", b"v", [])
+    assert producer.sent == [("out", b"v")]
+    assert not producer.stopped
+
+
+async def test_a_new_producer_that_cannot_start_leaves_the_old_one_and_is_tried_again() -> None:
+    old = FakeProducer("old", [OutOfOrderSequenceNumber(), OutOfOrderSequenceNumber()])
+    new = FakeProducer("new", [])
+    sink = ScriptedSink([old, KafkaConnectionError(), new])
+    await sink.start()
+    await sink.send("out", "k", b"v", [])
+    assert new.sent == [("out", b"v")]
+    assert old.stopped
+
+
+async def test_an_error_no_retry_can_pass_is_fatal_at_once() -> None:
+    producer = FakeProducer("only", [MessageSizeTooLargeError(), OutOfOrderSequenceNumber()])
+    sink = ScriptedSink([producer])
+    await sink.start()
+    with pytest.raises(SinkError, match="MessageSizeTooLarge"):
+        await sink.send("out", "k", b"v", [])
+    assert sink.started == [producer]
+
+
+async def test_retries_end_at_the_deadline_with_a_sink_error() -> None:
+    producer = FakeProducer("only", [KafkaConnectionError() for _ in range(1000)])
+    sink = ScriptedSink([producer], retry_seconds=0.5)
+    await sink.start()
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    with pytest.raises(SinkError, match=r"still failing after 0\.5 s"):
+        await sink.send("out", "k", b"v", [])
+    assert 0.5 <= loop.time() - began < 2.0
+    assert producer.sent == []
+
+
+async def test_a_stopped_sink_refuses_to_send() -> None:
+    sink = ScriptedSink([FakeProducer("only", [])])
+    with pytest.raises(SinkError, match="not running"):
+        await sink.send("out", "k", b"v", [])

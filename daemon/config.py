@@ -258,7 +258,12 @@ class KafkaSourceConfig(_Section):
         default=1.0, gt=0.0, description="How often finished offsets are committed (also on stop, rebalance)."
     )
     lag_interval_seconds: float = Field(default=10.0, gt=0.0, description="Consumer lag metric period.")
-    session_timeout_ms: int = Field(default=10_000, ge=1000)
+    session_timeout_ms: int = Field(
+        default=30_000,
+        ge=1000,
+        description="Kafka drops a member silent this long. Longer than aiokafka's 10 s: a host busy "
+        "with the engine can stall the event loop for seconds, and a needless rebalance redoes work.",
+    )
     heartbeat_interval_ms: int = Field(default=3_000, ge=100)
     max_poll_interval_ms: int = Field(
         default=300_000,

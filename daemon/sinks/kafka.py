@@ -3,7 +3,8 @@
 One idempotent producer (``acks=all``, ``enable_idempotence=True``): a record counts as written only
 once every in-sync replica has it, and the producer's retries never duplicate it within a session.
 :meth:`KafkaSink.send` returns only after the broker acknowledged the record; only then does the
-source marks the input's offset finished. Any failure to write raises
+source marks the input's offset finished. A write that fails is retried for up to ``retry_seconds``
+(see :func:`send_failure_remedy`); then, or at once when no retry can help, it raises
 :class:`~daemon.work.SinkError` (fatal: nothing may be acknowledged unwritten).
 
 In exactly-once mode (``exactly_once = true``) the producer is transactional instead: the source

@@ -12,6 +12,7 @@ import asyncio
 import shutil
 import subprocess
 import sys
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -138,3 +139,21 @@ async def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
         return {tp.partition: offset for tp, offset in ends.items()}
     finally:
         await consumer.stop()
+
+
+class Topics:
+    """Fresh topic and group names for one test."""
+
+    def __init__(self) -> None:
+        name = uuid.uuid4().hex[:8]
+        self.input = f"docs-{name}"
+        self.output = f"summaries-{name}"
+        self.dead = f"dead-{name}"
+        self.group = f"docsumd-{name}"
+
+
+def all_committed(broker: KafkaBroker, topics: Topics) -> bool:
+    """Whether the group has committed every partition of the input topic up to its end."""
+    ends = asyncio.run(end_offsets(broker.bootstrap, topics.input))
+    committed = asyncio.run(committed_offsets(broker.bootstrap, topics.group, topics.input))
+    return all(committed.get(partition) == end for partition, end in ends.items())

@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import DaemonProcess, Layout, wait_for
-from tests.e2e.test_kafka_pipeline import Topics, _all_committed, _configure, _text
-from tests.kafka_broker import KafkaBroker, Message, create_topics, produce, read_all
+from tests.e2e.test_kafka_pipeline import _configure, _text
+from tests.kafka_broker import KafkaBroker, Message, Topics, all_committed, create_topics, produce, read_all
 
 pytestmark = [pytest.mark.engine, pytest.mark.kafka]
 
@@ -77,7 +77,7 @@ def test_exactly_once_survives_kill_9_with_each_result_seen_once(
 
     wait_for(all_visible, 300, "every result to be committed after the restart", interval=1.0)
     wait_for(
-        lambda: _all_committed(kafka_broker, topics), 30, "the group to commit every offset", interval=0.5
+        lambda: all_committed(kafka_broker, topics), 30, "the group to commit every offset", interval=0.5
     )
     second.signal(signal.SIGTERM)
     assert second.wait_exit() == 0, second.log_tail()

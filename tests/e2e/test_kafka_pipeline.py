@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import uuid
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -17,22 +16,19 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
-from tests.kafka_broker import KafkaBroker, committed_offsets, create_topics, end_offsets, produce, read_all
+from tests.kafka_broker import (
+    KafkaBroker,
+    Topics,
+    all_committed,
+    committed_offsets,
+    create_topics,
+    produce,
+    read_all,
+)
 
 pytestmark = [pytest.mark.engine, pytest.mark.kafka]
 
 MAX_MESSAGE_BYTES = 300_000
-
-
-class Topics:
-    """Fresh topic and group names for one test."""
-
-    def __init__(self) -> None:
-        name = uuid.uuid4().hex[:8]
-        self.input = f"docs-{name}"
-        self.output = f"summaries-{name}"
-        self.dead = f"dead-{name}"
-        self.group = f"docsumd-{name}"
 
 
 def _configure(layout: Layout, broker: KafkaBroker, topics: Topics, **extra: str) -> None:
@@ -55,12 +51,6 @@ def _configure(layout: Layout, broker: KafkaBroker, topics: Topics, **extra: str
 
 def _records(broker: KafkaBroker, topic: str) -> list[Any]:
     return asyncio.run(read_all(broker.bootstrap, topic))
-
-
-def _all_committed(broker: KafkaBroker, topics: Topics) -> bool:
-    ends = asyncio.run(end_offsets(broker.bootstrap, topics.input))
-    committed = asyncio.run(committed_offsets(broker.bootstrap, topics.group, topics.input))
-    return all(committed.get(partition) == end for partition, end in ends.items())
 
 
 def _text(corpus: Path, name: str) -> bytes:
@@ -120,7 +110,7 @@ def test_kafka_end_to_end(
 
     wait_for(finished, 300, "every Kafka input to have a result or a dead letter", interval=1.0)
     wait_for(
-        lambda: _all_committed(kafka_broker, topics), 30, "the group to commit every offset", interval=0.5
+        lambda: all_committed(kafka_broker, topics), 30, "the group to commit every offset", interval=0.5
     )
     wait_for((layout.outbox / "folder-doc.txt.summary.json").exists, 120, "the folder document")
 
@@ -176,7 +166,7 @@ def test_kafka_end_to_end(
     assert letters["oversized"]["payload_truncated"] is True
     assert len(letters["oversized"]["payload"]) < len(oversized)
     assert letters["nul"]["payload_encoding"] == "utf-8"
-    assert _all_committed(kafka_broker, topics)
+    assert all_committed(kafka_broker, topics)
 
 
 def test_kafka_restart_mid_stream_loses_nothing(
@@ -212,7 +202,7 @@ def test_kafka_restart_mid_stream_loses_nothing(
 
     wait_for(all_done, 300, "every document to have a result after the restart", interval=1.0)
     wait_for(
-        lambda: _all_committed(kafka_broker, topics), 30, "the group to commit every offset", interval=0.5
+        lambda: all_committed(kafka_broker, topics), 30, "the group to commit every offset", interval=0.5
     )
     second.signal(signal.SIGTERM)
     assert second.wait_exit() == 0, second.log_tail()

@@ -28,7 +28,6 @@ import re
 import signal
 import socket
 import time
-import uuid
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -37,7 +36,15 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import DaemonProcess, Layout, free_port, wait_for
-from tests.kafka_broker import KafkaBroker, committed_offsets, create_topics, end_offsets, produce, read_all
+from tests.kafka_broker import (
+    KafkaBroker,
+    Topics,
+    all_committed,
+    committed_offsets,
+    create_topics,
+    produce,
+    read_all,
+)
 
 pytestmark = [pytest.mark.engine, pytest.mark.kafka]
 
@@ -61,17 +68,6 @@ STABLE_FIELDS = (
     "metadata",
     "docsumd_version",
 )
-
-
-class Topics:
-    """Fresh topic and group names for one test."""
-
-    def __init__(self) -> None:
-        name = uuid.uuid4().hex[:8]
-        self.input = f"docs-{name}"
-        self.output = f"summaries-{name}"
-        self.dead = f"dead-{name}"
-        self.group = f"docsumd-{name}"
 
 
 def _configure(layout: Layout, broker: KafkaBroker, topics: Topics, **extra: str) -> None:
@@ -105,12 +101,6 @@ def _configure(layout: Layout, broker: KafkaBroker, topics: Topics, **extra: str
 
 def _records(broker: KafkaBroker, topic: str) -> list[Any]:
     return asyncio.run(read_all(broker.bootstrap, topic))
-
-
-def _all_committed(broker: KafkaBroker, topics: Topics) -> bool:
-    ends = asyncio.run(end_offsets(broker.bootstrap, topics.input))
-    committed = asyncio.run(committed_offsets(broker.bootstrap, topics.group, topics.input))
-    return all(committed.get(partition) == end for partition, end in ends.items())
 
 
 def _short_docs(corpus: Path) -> list[Path]:
@@ -332,7 +322,7 @@ def test_two_daemons_in_one_group_split_partitions_and_finish_everything(
         lambda: _result_ids(kafka_broker, topics) >= set(ids), 300, "every document's result", interval=1.0
     )
     wait_for(
-        lambda: _all_committed(kafka_broker, topics), 60, "the group to commit every offset", interval=0.5
+        lambda: all_committed(kafka_broker, topics), 60, "the group to commit every offset", interval=0.5
     )
 
     # The split as the daemons logged it: each one's latest assignment; disjoint, together all.
@@ -362,7 +352,7 @@ def test_two_daemons_in_one_group_split_partitions_and_finish_everything(
         f"two daemons: A owns {sorted(last_a)}, {ok_a:.0f} ok ({ok_a_alone:.0f} alone); "
         f"B owns {sorted(last_b)}, {ok_b:.0f} ok; revocations {revocations}; duplicates {extra}"
     )
-    assert _all_committed(kafka_broker, topics)
+    assert all_committed(kafka_broker, topics)
 
 
 def test_kill_9_mid_batch_then_restart_loses_nothing(
@@ -418,7 +408,7 @@ def test_kill_9_mid_batch_then_restart_loses_nothing(
             interval=1.0,
         )
         wait_for(
-            lambda: _all_committed(kafka_broker, topics), 60, "the group to commit every offset", interval=0.5
+            lambda: all_committed(kafka_broker, topics), 60, "the group to commit every offset", interval=0.5
         )
         revocations = _revocations(second)
         second.signal(signal.SIGTERM)
@@ -436,7 +426,7 @@ def test_kill_9_mid_batch_then_restart_loses_nothing(
     # unless a rebalance of the new daemon left its documents in flight (two at most, each time).
     assert expected <= set(duplicates), (expected, duplicates)
     assert extra - len(expected) <= 2 * revocations, (expected, duplicates, revocations)
-    assert _all_committed(kafka_broker, topics)
+    assert all_committed(kafka_broker, topics)
 
 
 def test_broker_restart_mid_stream_daemon_reconnects_and_finishes(
@@ -469,7 +459,7 @@ def test_broker_restart_mid_stream_daemon_reconnects_and_finishes(
 
         wait_for(finished, 300, "every document's result after the broker restart", interval=1.0)
         wait_for(
-            lambda: _all_committed(kafka_broker, topics), 60, "the group to commit every offset", interval=0.5
+            lambda: all_committed(kafka_broker, topics), 60, "the group to commit every offset", interval=0.5
         )
         daemon.signal(signal.SIGTERM)
         assert daemon.wait_exit() == 0, daemon.log_tail()
@@ -484,4 +474,4 @@ def test_broker_restart_mid_stream_daemon_reconnects_and_finishes(
         f"rebalances {_revocations(daemon)}; producer replaced {replaced}x; "
         f"duplicates {sum(duplicates.values())}"
     )
-    assert _all_committed(kafka_broker, topics)
+    assert all_committed(kafka_broker, topics)

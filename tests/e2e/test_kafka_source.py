@@ -32,7 +32,7 @@ def _config(broker: KafkaBroker, **overrides: object) -> KafkaSourceConfig:
         "dead_letter_topic": f"dlq-{name}",
         "commit_interval_seconds": 0.1,
         "lag_interval_seconds": 0.5,
-        "session_timeout_ms": 6000,
+        "session_timeout_ms": 30000,
         "heartbeat_interval_ms": 1000,
         **overrides,
     }

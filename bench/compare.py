@@ -56,10 +56,11 @@ sys.path.insert(0, str(REPO))
 
 from daemon.cli import prepare_process  # noqa: E402
 from daemon.config import Config, FolderSourceConfig, MetricsConfig, SourcesConfig, load_config  # noqa: E402
-from daemon.engine import Generation, engine_kwargs, load_tokenizer  # noqa: E402
+from daemon.contracts import Generation  # noqa: E402
+from daemon.engine import WARM_UP_REQUEST_ID, engine_kwargs, load_tokenizer  # noqa: E402
+from daemon.records import parse_request_id  # noqa: E402
 
 SHORT_MAX_TOKENS = 2000  # documents up to this many tokens count as short in the latency split
-WARM_UP_ID = "docsumd-warm-up"
 
 
 @dataclass
@@ -352,12 +353,12 @@ def _record_requests(service: Any, run: DaemonRun) -> None:
     async def generate(prompt_ids: list[int], params: Any, request_id: str) -> Generation:
         submitted = time.monotonic()
         generation: Generation = await original(prompt_ids, params, request_id)
-        if request_id != WARM_UP_ID:
-            doc, kind, _ = request_id.rsplit(":", 2)
+        if request_id != WARM_UP_REQUEST_ID:
+            parsed = parse_request_id(request_id)
             run.requests.append(
                 Request(
-                    doc=doc,
-                    kind=kind.rstrip("0123456789"),
+                    doc=parsed.doc_id,
+                    kind=parsed.kind,
                     prompt_ids=list(prompt_ids),
                     output_tokens=generation.output_tokens,
                     submitted=submitted,

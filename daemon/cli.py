@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from daemon import __version__
-from daemon.config import Config, ConfigError, load_config
+from daemon.config import Config, load_config
+from daemon.errors import ConfigError
 
 if TYPE_CHECKING:  # the service module imports the engine's dependencies: load it only to run
     from daemon.service import Service
@@ -183,8 +184,8 @@ async def _serve(config: Config) -> int:
 
 async def _run_service(service: Service) -> int:
     """Run ``service`` with the stop signals wired to its drain; EXIT_OK, or EXIT_FATAL (logged)."""
+    from daemon.errors import FatalError
     from daemon.logging import get_logger
-    from daemon.service import FatalError
 
     _install_signal_handlers(service.request_stop)
     try:

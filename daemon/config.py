@@ -17,6 +17,8 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from daemon.errors import ConfigError
+
 ENV_PREFIX = "DOCSUMD_"
 
 
@@ -420,10 +422,6 @@ class Config(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # Environment beats the file (passed as init values); no .env or secrets files.
         return (env_settings, init_settings)
-
-
-class ConfigError(Exception):
-    """The configuration cannot be used; the message says why, one problem per line."""
 
 
 def load_config(path: Path | str) -> Config:

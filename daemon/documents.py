@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from daemon.errors import DocumentError
+
 # Byte-order marks, longest first (the UTF-32 LE BOM starts with the UTF-16 LE one).
 _BOMS: Final = (
     (codecs.BOM_UTF32_LE, "utf-32-le", "UTF-32 LE"),
@@ -58,18 +60,6 @@ _NON_TEXT_BYTES: Final = frozenset(set(range(0x20)) - {0x09, 0x0A, 0x0B, 0x0C, 0
 _SNIFF_BYTES: Final = 64 * 1024
 # Random bytes have about 11% such bytes; real text none. 2% leaves room for odd but real text.
 _BINARY_CONTROL_RATIO: Final = 0.02
-
-
-class DocumentError(Exception):
-    """A per-document failure: the document is refused, recorded and acknowledged; the daemon goes on."""
-
-    def __init__(self, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.reason = reason
-        self.message = message
-
-    def __str__(self) -> str:
-        return f"{self.reason}: {self.message}"
 
 
 @dataclass(frozen=True, slots=True)

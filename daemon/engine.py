@@ -18,11 +18,12 @@ import asyncio
 import gc
 import sys
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daemon.config import ConfigError, EngineConfig, SummaryConfig
+from daemon.config import EngineConfig, SummaryConfig
+from daemon.contracts import Generation, Sampling
+from daemon.errors import ConfigError, EngineDeadError, EngineError, RequestError
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
 
@@ -31,30 +32,8 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-
-class EngineError(Exception):
-    """Base of the engine's errors."""
-
-
-class EngineDeadError(EngineError):
-    """The engine died or cannot start: fatal for the daemon."""
-
-
-class RequestError(EngineError):
-    """One request failed; the engine is still healthy."""
-
-
-@dataclass(frozen=True, slots=True)
-class Generation:
-    """The finished output of one request."""
-
-    text: str
-    prompt_tokens: int
-    output_tokens: int
-    cached_prompt_tokens: int
-    finish_reason: str | None
-    first_token_s: float | None
-    total_s: float
+WARM_UP_REQUEST_ID = "docsumd-warm-up"
+"""The id of the one request :meth:`Engine.start` sends before the engine counts as ready."""
 
 
 def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
@@ -92,7 +71,7 @@ def engine_args(config: EngineConfig) -> Any:
 def check_platform_support(summary: SummaryConfig) -> None:
     """Refuse settings this machine's vLLM build cannot run, before the engine starts.
 
-    Raises :class:`~daemon.config.ConfigError`.
+    Raises :class:`~daemon.errors.ConfigError`.
     """
     if summary.seed is None:
         return
@@ -118,19 +97,19 @@ def load_tokenizer(config: EngineConfig) -> Any:
     )
 
 
-def sampling_params(summary: SummaryConfig, max_tokens: int | None = None) -> SamplingParams:
-    """Sampling settings of a summary request."""
+def sampling_params(sampling: Sampling) -> SamplingParams:
+    """vLLM's sampling settings for ``sampling``."""
     from vllm import SamplingParams
     from vllm.sampling_params import RequestOutputKind
 
     return SamplingParams(
         # Only the final output: no per-step output objects for text nobody reads as it streams.
         output_kind=RequestOutputKind.FINAL_ONLY,
-        max_tokens=max_tokens or summary.max_summary_tokens,
-        temperature=summary.temperature,
-        top_p=summary.top_p,
-        repetition_penalty=summary.repetition_penalty,
-        seed=summary.seed,
+        max_tokens=sampling.max_tokens,
+        temperature=sampling.temperature,
+        top_p=sampling.top_p,
+        repetition_penalty=sampling.repetition_penalty,
+        seed=sampling.seed,
     )
 
 
@@ -141,6 +120,7 @@ class Engine(Lifecycle):
         self.config = config
         self._llm: Any = None
         self._stopped = False
+        self._params: dict[Sampling, SamplingParams] = {}
         self.start_seconds: float | None = None
 
     @property
@@ -161,7 +141,7 @@ class Engine(Lifecycle):
     async def start(self) -> None:
         """Build the engine (seconds to minutes: weights load, KV cache is allocated, workers start).
 
-        Raises :class:`~daemon.config.ConfigError` for a model folder that does not exist, and
+        Raises :class:`~daemon.errors.ConfigError` for a model folder that does not exist, and
         :class:`EngineDeadError` if vLLM fails to start.
         """
         if self._llm is not None:
@@ -195,7 +175,7 @@ class Engine(Lifecycle):
         from vllm import SamplingParams
 
         try:
-            await self.generate(list(range(1, 9)), SamplingParams(max_tokens=1), "docsumd-warm-up")
+            await self._generate(list(range(1, 9)), SamplingParams(max_tokens=1), WARM_UP_REQUEST_ID)
         except EngineError as exc:
             raise EngineDeadError(f"engine failed its warm-up request: {exc}") from exc
 
@@ -217,10 +197,16 @@ class Engine(Lifecycle):
         gc.collect()
         log.info("engine stopped")
 
-    async def generate(
+    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
+        """Run one request to completion. On cancellation the vLLM request is aborted, then re-raised."""
+        params = self._params.get(sampling)
+        if params is None:
+            params = self._params[sampling] = sampling_params(sampling)
+        return await self._generate(prompt_token_ids, params, request_id)
+
+    async def _generate(
         self, prompt_token_ids: list[int], params: SamplingParams, request_id: str
     ) -> Generation:
-        """Run one request to completion. On cancellation the vLLM request is aborted, then re-raised."""
         llm = self._require_running()
         from vllm.inputs import TokensPrompt
         from vllm.v1.engine.exceptions import EngineDeadError as VllmEngineDeadError

@@ -15,6 +15,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
+from daemon.records import Summary
 
 log = get_logger(__name__)
 
@@ -89,6 +90,24 @@ KAFKA_PENDING_RESULTS = Gauge(
     "Exactly-once mode: finished results held until every earlier message of their partition is finished.",
 )
 READY = Gauge("docsumd_ready", "1 once the engine is warm and the sources run, 0 while starting or draining.")
+
+
+def observe_summarized(source: str, summary: Summary, total_s: float) -> None:
+    """Count a summarized document from ``source`` that took ``total_s`` from intake to result."""
+    DOCUMENTS.labels(source=source, outcome="ok").inc()
+    DOCUMENT_LATENCY.observe(total_s)
+    PROMPT_TOKENS.inc(summary.prompt_tokens)
+    SUMMARY_TOKENS.inc(summary.generated_tokens)
+    if summary.truncated:
+        TRUNCATED.inc()
+    CHUNKS_PER_DOCUMENT.observe(summary.parts)
+    SUMMARY_DEPTH.observe(summary.depth)
+    LAST_SUCCESS.set_to_current_time()
+
+
+def observe_failed(source: str, reason: str) -> None:
+    """Count a document from ``source`` that ended with a failure record for ``reason``."""
+    DOCUMENTS.labels(source=source, outcome=reason).inc()
 
 
 class MetricsServer(Lifecycle):

@@ -17,7 +17,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from daemon.config import Strategy, Style
-from daemon.documents import DocumentError
+from daemon.errors import DocumentError
 
 
 class SummaryOptions(BaseModel):

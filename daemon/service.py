@@ -6,9 +6,9 @@ and on :meth:`request_stop` drains: it stops pulling, gives in-flight documents 
 to finish, cancels the rest (their vLLM requests are aborted and their inputs stay
 unacknowledged), and shuts the engine down.
 
-Errors: a :class:`~daemon.documents.DocumentError` fails one document (failure record, metric) and
-the service goes on. An :class:`~daemon.engine.EngineDeadError` or
-:class:`~daemon.work.SinkError` is fatal: intake stops, nothing more is acknowledged, and
+Errors: a :class:`~daemon.errors.DocumentError` fails one document (failure record, metric) and
+the service goes on. An :class:`~daemon.errors.EngineDeadError` or
+:class:`~daemon.errors.SinkError` is fatal: intake stops, nothing more is acknowledged, and
 :meth:`run` raises :class:`FatalError` so the process exits non-zero and its supervisor restarts it.
 """
 
@@ -18,58 +18,38 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any, Protocol
+from typing import Any
 
 import structlog
 
 from daemon.admission import Admission
 from daemon.config import Config
-from daemon.documents import DocumentError, decode_document, sha256_hex
-from daemon.engine import Engine, EngineDeadError, load_tokenizer
+from daemon.contracts import Source
+from daemon.documents import decode_document, sha256_hex
+from daemon.engine import Engine, load_tokenizer
+from daemon.errors import DocumentError, EngineDeadError, FatalError, SinkError
 from daemon.logging import get_logger
 from daemon.metrics import (
-    CHUNKS_PER_DOCUMENT,
-    DOCUMENT_LATENCY,
-    DOCUMENTS,
     ENGINE_STARTING,
     ENGINE_UP,
     INFLIGHT,
-    LAST_SUCCESS,
-    PROMPT_TOKENS,
     QUEUED,
     READY,
-    SUMMARY_DEPTH,
-    SUMMARY_TOKENS,
-    TRUNCATED,
     MetricsServer,
+    observe_failed,
+    observe_summarized,
 )
 from daemon.notify import SystemdNotifier
 from daemon.options import parse_options
+from daemon.records import Summary, failure_record, result_record
 from daemon.sinks.folder import FolderSink
 from daemon.sources.folder import FolderSource
-from daemon.summarize import Summarizer, failure_record, result_record
-from daemon.work import SinkError, WorkItem
+from daemon.summarize import Summarizer
+from daemon.work import WorkItem
 
 log = get_logger(__name__)
 
 _ENGINE_POLL_SECONDS = 2.0
-
-
-class FatalError(Exception):
-    """The service cannot go on (engine dead, results cannot be written); exit non-zero."""
-
-
-class Source(Protocol):
-    """What the service needs of a source."""
-
-    @property
-    def backlog(self) -> int: ...
-
-    async def start(self) -> None: ...
-
-    async def stop(self) -> None: ...
-
-    def items(self) -> AsyncIterator[WorkItem]: ...
 
 
 class Stats:
@@ -397,7 +377,7 @@ class Service:
                 document, summary, model=self.config.engine.model_name, queued_s=queued_s, total_s=total_s
             )
             await item.complete(record)
-            self._count_success(item, record, total_s)
+            self._count_success(item, summary, total_s)
 
     async def _record_failure(self, item: WorkItem, error: DocumentError, data: bytes | None) -> None:
         record = failure_record(
@@ -410,32 +390,24 @@ class Service:
         )
         await item.fail(record)
         self.stats.failed += 1
-        DOCUMENTS.labels(source=item.source, outcome=error.reason).inc()
+        observe_failed(item.source, error.reason)
         if self._on_finished is not None:
             self._on_finished(item, error.reason)
         log.warning("document failed", reason=error.reason, message=error.message)
 
-    def _count_success(self, item: WorkItem, record: dict[str, Any], total_s: float) -> None:
+    def _count_success(self, item: WorkItem, summary: Summary, total_s: float) -> None:
         self.stats.succeeded += 1
-        DOCUMENTS.labels(source=item.source, outcome="ok").inc()
-        DOCUMENT_LATENCY.observe(total_s)
-        PROMPT_TOKENS.inc(record["prompt_tokens"])
-        SUMMARY_TOKENS.inc(record["generated_tokens"])
-        if record["truncated"]:
-            TRUNCATED.inc()
-        CHUNKS_PER_DOCUMENT.observe(record["parts"])
-        SUMMARY_DEPTH.observe(record["depth"])
-        LAST_SUCCESS.set_to_current_time()
+        observe_summarized(item.source, summary, total_s)
         if self._on_finished is not None:
             self._on_finished(item, "ok")
         log.info(
             "document summarized",
-            strategy=record["strategy"],
-            parts=record["parts"],
-            document_tokens=record["document_tokens"],
-            prompt_tokens=record["prompt_tokens"],
-            summary_tokens=record["summary_tokens"],
-            truncated=record["truncated"],
+            strategy=summary.strategy,
+            parts=summary.parts,
+            document_tokens=summary.document_tokens,
+            prompt_tokens=summary.prompt_tokens,
+            summary_tokens=summary.summary_tokens,
+            truncated=summary.truncated,
             total_s=round(total_s, 3),
         )
 

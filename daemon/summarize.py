@@ -20,22 +20,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
-from daemon import __version__
 from daemon.admission import Admission
 from daemon.chunking import TokenizedText, head_ids, head_tail_ids, split_into_chunks, tokenize_text
-from daemon.config import ConfigError, SummaryConfig
-from daemon.documents import Document, DocumentError
-from daemon.engine import Engine, Generation, RequestError, sampling_params
+from daemon.config import SummaryConfig
+from daemon.contracts import EngineClient, Generation, Sampling
+from daemon.documents import Document
+from daemon.errors import ConfigError, DocumentError, RequestError
 from daemon.metrics import ENGINE_REQUESTS
 from daemon.options import NO_OPTIONS, SummaryOptions
 from daemon.prompts import PROMPT_VERSION, ChatTokenizer, PromptBuilder, PromptKind
-from daemon.work import Record
+from daemon.records import Summary, request_id
 
 T = TypeVar("T")
 
@@ -43,33 +41,6 @@ _MAX_DEPTH: Final = 12  # a guard: combining at least halves the count per level
 _LABEL_TOKENS: Final = 16  # room for an entry's "[Part N]" label and separator
 _MIN_STEP_TOKENS: Final = 16
 _GAP_TEXT: Final = "\n\n[...]\n\n"
-
-
-@dataclass(frozen=True, slots=True)
-class Summary:
-    """What summarizing one document produced."""
-
-    text: str
-    strategy: str
-    style: str
-    max_summary_tokens: int
-    parts: int
-    depth: int
-    requests: int
-    prompt_tokens: int
-    generated_tokens: int
-    summary_tokens: int
-    document_tokens: int
-    dropped_tokens: int
-    cached_prompt_tokens: int
-    finish_reason: str | None
-    first_token_s: float | None
-    engine_s: float
-
-    @property
-    def truncated(self) -> bool:
-        """Whether part of the document was not read by the model."""
-        return self.dropped_tokens > 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +76,7 @@ class _DocumentRun:
         if len(prompt_ids) + max_tokens > summarizer.max_model_len:  # a bug, never the document's fault
             raise AssertionError(f"{kind} prompt of {len(prompt_ids)} tokens does not fit the context")
         self.requests += 1
-        request_id = f"{self._document.id}:{kind}{self.requests}:{uuid.uuid4().hex[:8]}"
+        engine_request_id = request_id(self._document.id, kind.value, self.requests)
         async with (
             self._fan_out,
             summarizer.admission.slot(
@@ -115,7 +86,7 @@ class _DocumentRun:
             ENGINE_REQUESTS.labels(kind=kind.value).inc()
             try:
                 generation = await summarizer.engine.generate(
-                    prompt_ids, summarizer.params(max_tokens), request_id
+                    prompt_ids, summarizer.params(max_tokens), engine_request_id
                 )
             except RequestError as exc:
                 raise DocumentError("engine_error", f"the engine failed on this document: {exc}") from exc
@@ -145,6 +116,7 @@ class _DocumentRun:
             strategy=strategy,
             style=plan.style,
             max_summary_tokens=plan.max_tokens,
+            prompt_version=PROMPT_VERSION,
             parts=parts,
             depth=depth,
             requests=self.requests,
@@ -160,26 +132,36 @@ class _DocumentRun:
         )
 
 
+def summary_sampling(config: SummaryConfig, max_tokens: int | None = None) -> Sampling:
+    """The sampling of a summary request of at most ``max_tokens`` (default: the summary's length)."""
+    return Sampling(
+        max_tokens=max_tokens or config.max_summary_tokens,
+        temperature=config.temperature,
+        top_p=config.top_p,
+        repetition_penalty=config.repetition_penalty,
+        seed=config.seed,
+    )
+
+
 class Summarizer:
     """Turns documents into summaries with the engine. Safe to call concurrently."""
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineClient,
         tokenizer: ChatTokenizer,
         config: SummaryConfig,
         *,
         max_model_len: int,
         admission: Admission,
     ) -> None:
-        """Raises :class:`~daemon.config.ConfigError` if the context cannot hold staged summaries."""
+        """Raises :class:`~daemon.errors.ConfigError` if the context cannot hold staged summaries."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config
         self.max_model_len = max_model_len
         self.admission = admission
         self.prompts = PromptBuilder(tokenizer)
-        self._params: dict[int, Any] = {}
         self._gap_ids = self.encode(_GAP_TEXT)
         part_tokens = self.part_tokens = config.part_tokens(max_model_len)
         self.part_budget = self._room(PromptKind.PART, "prose", part_tokens)
@@ -198,12 +180,9 @@ class Summarizer:
                 "summary.max_summary_tokens or raise max_model_len"
             )
 
-    def params(self, max_tokens: int) -> Any:
-        """Sampling settings for a request of at most ``max_tokens`` output tokens (cached)."""
-        params = self._params.get(max_tokens)
-        if params is None:
-            params = self._params[max_tokens] = sampling_params(self.config, max_tokens)
-        return params
+    def params(self, max_tokens: int) -> Sampling:
+        """Sampling settings for a request of at most ``max_tokens`` output tokens."""
+        return summary_sampling(self.config, max_tokens)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` as content (special-token strings are plain text)."""
@@ -369,70 +348,3 @@ async def _gather(awaitables: Iterable[Awaitable[T]]) -> list[T]:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         raise
-
-
-def utc_now_iso() -> str:
-    """The current time as an ISO 8601 UTC string (records carry it)."""
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def result_record(
-    document: Document, summary: Summary, *, model: str, queued_s: float, total_s: float
-) -> Record:
-    """The JSON object written for a summarized document (folder result file, Kafka message)."""
-    return {
-        "id": document.id,
-        "source": document.source,
-        "summary": summary.text,
-        "model": model,
-        "prompt_version": PROMPT_VERSION,
-        "strategy": summary.strategy,
-        "style": summary.style,
-        "max_summary_tokens": summary.max_summary_tokens,
-        "truncated": summary.truncated,
-        "parts": summary.parts,
-        "depth": summary.depth,
-        "requests": summary.requests,
-        "document_tokens": summary.document_tokens,
-        "dropped_tokens": summary.dropped_tokens,
-        "prompt_tokens": summary.prompt_tokens,
-        "generated_tokens": summary.generated_tokens,
-        "summary_tokens": summary.summary_tokens,
-        "cached_prompt_tokens": summary.cached_prompt_tokens,
-        "finish_reason": summary.finish_reason,
-        "sha256": document.sha256,
-        "input_bytes": document.size_bytes,
-        "encoding": document.encoding,
-        "metadata": document.metadata,
-        "timings": {
-            "queued_s": round(queued_s, 4),
-            "first_token_s": None if summary.first_token_s is None else round(summary.first_token_s, 4),
-            "engine_s": round(summary.engine_s, 4),
-            "total_s": round(total_s, 4),
-        },
-        "created_at": utc_now_iso(),
-        "docsumd_version": __version__,
-    }
-
-
-def failure_record(
-    *,
-    doc_id: str,
-    source: str,
-    error: DocumentError,
-    metadata: dict[str, Any],
-    sha256: str | None,
-    input_bytes: int | None,
-) -> Record:
-    """The JSON object written for a refused or failed document (error file, dead letter)."""
-    return {
-        "id": doc_id,
-        "source": source,
-        "reason": error.reason,
-        "message": error.message,
-        "sha256": sha256,
-        "input_bytes": input_bytes,
-        "metadata": metadata,
-        "failed_at": utc_now_iso(),
-        "docsumd_version": __version__,
-    }

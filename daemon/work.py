@@ -19,11 +19,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-Record = dict[str, Any]
-
-
-class SinkError(Exception):
-    """A result or failure record could not be written. Fatal: nothing may be acknowledged unwritten."""
+from daemon.records import Record
 
 
 @dataclass(slots=True)

@@ -8,41 +8,21 @@ file, and after a power cut the rename is durable before the input is acknowledg
 from __future__ import annotations
 
 import asyncio
-import json
-import os
-import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from daemon.work import Record, SinkError
+from daemon.durable import write_atomic
+from daemon.errors import SinkError
+from daemon.records import Record, encode_record
 
 RESULT_SUFFIX: Final = ".summary.json"
 ERROR_SUFFIX: Final = ".error.json"
 
 
 def write_json_atomic(path: Path, record: Record) -> None:
-    """Write ``record`` as JSON to ``path`` atomically and durably (temp file, fsync, rename, fsync dir)."""
-    data = json.dumps(record, ensure_ascii=False, indent=2).encode("utf-8") + b"\n"
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as tmp:
-            tmp.write(data)
-            tmp.flush()
-            os.fsync(tmp.fileno())
-        os.replace(tmp_name, path)
-    except BaseException:
-        Path(tmp_name).unlink(missing_ok=True)
-        raise
-    fsync_dir(path.parent)
-
-
-def fsync_dir(folder: Path) -> None:
-    """Make renames in ``folder`` durable."""
-    fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    """Write ``record`` as JSON to ``path`` atomically and durably (:func:`daemon.durable.write_atomic`)."""
+    write_atomic(path, encode_record(record, pretty=True))
 
 
 class FolderSink:
@@ -52,7 +32,7 @@ class FolderSink:
         self.outbox = outbox
         self.failed = failed
 
-    def start(self) -> None:
+    async def start(self) -> None:
         """Create the folders (idempotent)."""
         self.outbox.mkdir(parents=True, exist_ok=True)
         self.failed.mkdir(parents=True, exist_ok=True)
@@ -65,12 +45,19 @@ class FolderSink:
         """Where the failure record for input ``name`` goes."""
         return self.failed / f"{name}{ERROR_SUFFIX}"
 
-    async def write_result(self, name: str, record: Record) -> Path:
-        """Write a result record; raises :class:`SinkError` if it cannot be written."""
+    async def stop(self) -> None:
+        """Nothing to release."""
+
+    async def write_result(
+        self, name: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> Path:
+        """Write a result record; raises :class:`SinkError` if it cannot be written (headers: unused)."""
         return await self._write(self.result_path(name), record)
 
-    async def write_failure(self, name: str, record: Record) -> Path:
-        """Write a failure record; raises :class:`SinkError` if it cannot be written."""
+    async def write_failure(
+        self, name: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()
+    ) -> Path:
+        """Write a failure record; raises :class:`SinkError` if it cannot be written (headers: unused)."""
         return await self._write(self.error_path(name), record)
 
     async def _write(self, path: Path, record: Record) -> Path:

@@ -5,7 +5,7 @@ once every in-sync replica has it, and the producer's retries never duplicate it
 :meth:`KafkaSink.send` returns only after the broker acknowledged the record; only then does the
 source marks the input's offset finished. A write that fails is retried for up to ``retry_seconds``
 (see :func:`send_failure_remedy`); then, or at once when no retry can help, it raises
-:class:`~daemon.work.SinkError` (fatal: nothing may be acknowledged unwritten).
+:class:`~daemon.errors.SinkError` (fatal: nothing may be acknowledged unwritten).
 
 In exactly-once mode (``exactly_once = true``) the producer is transactional instead: the source
 collects finished outputs and calls :meth:`KafkaSink.write_transaction`, which writes them and the
@@ -17,20 +17,18 @@ transaction (a crash) is invisible to them, and its inputs are read again from t
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from daemon.config import KafkaSourceConfig
+from daemon.errors import ProducerFencedError, SinkError
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
-from daemon.work import Record, SinkError
+from daemon.records import Headers, Record, encode_record
 
 log = get_logger(__name__)
-
-Headers = list[tuple[str, bytes]]
 
 SEND_RETRY_SECONDS: Final = 60.0
 _FIRST_BACKOFF_S: Final = 0.2
@@ -47,18 +45,9 @@ class Output:
     headers: Headers
 
 
-class ProducerFencedError(SinkError):
-    """Another producer with our transactional id started: this daemon must stop (fatal)."""
-
-
 def default_transactional_id(group_id: str) -> str:
     """Stable per host and group, so a restarted daemon fences its previous incarnation."""
     return f"docsumd-{group_id}-{socket.gethostname()}"
-
-
-def encode_record(record: Record) -> bytes:
-    """A record as compact UTF-8 JSON."""
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 class KafkaSink(Lifecycle):

@@ -9,8 +9,9 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from daemon.documents import read_input_file
+from daemon.records import Record
 from daemon.sinks.folder import FolderSink
-from daemon.work import Record, WorkItem
+from daemon.work import WorkItem
 
 SOURCE_NAME = "files"
 
@@ -31,7 +32,7 @@ class FilesSource:
 
     async def start(self) -> None:
         """Create the output folder."""
-        self.sink.start()
+        await self.sink.start()
 
     async def stop(self) -> None:
         """Nothing to release."""

@@ -39,11 +39,14 @@ from stat import S_ISREG
 from typing import Final
 
 from daemon.config import FolderSourceConfig
-from daemon.documents import DocumentError, read_input_file
+from daemon.documents import read_input_file
+from daemon.durable import move_durably
+from daemon.errors import DocumentError, SinkError
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
-from daemon.sinks.folder import FolderSink, fsync_dir
-from daemon.work import Record, SinkError, WorkItem
+from daemon.records import Record
+from daemon.sinks.folder import FolderSink
+from daemon.work import WorkItem
 
 log = get_logger(__name__)
 
@@ -94,7 +97,7 @@ class FolderSource(Lifecycle):
             return
         for folder in (self.config.inbox, self.config.done, self.config.failed):
             folder.mkdir(parents=True, exist_ok=True)
-        self.sink.start()
+        await self.sink.start()
         self._stop_watching.clear()
         self._scan()
         self._watcher = asyncio.create_task(self._watch(), name="folder-watch")
@@ -262,7 +265,7 @@ class FolderSource(Lifecycle):
 
     async def _move(self, name: str, folder: Path) -> None:
         try:
-            await asyncio.to_thread(_move_durably, self.config.inbox / name, folder / name)
+            await asyncio.to_thread(move_durably, self.config.inbox / name, folder / name)
         except FileNotFoundError:
             log.warning("input vanished from the inbox before it could be moved", doc_id=name)
         except OSError as exc:
@@ -277,15 +280,9 @@ class FolderSource(Lifecycle):
         # After the document: a crash in between leaves the sidecar in the inbox, where it is inert.
         for sidecar in sidecar_names(name):
             try:
-                _move_durably(self.config.inbox / sidecar, folder / sidecar)
+                move_durably(self.config.inbox / sidecar, folder / sidecar)
             except FileNotFoundError:
                 continue
             except OSError as exc:
                 log.warning("cannot move an options sidecar", doc_id=name, sidecar=sidecar, error=str(exc))
             return
-
-
-def _move_durably(source: Path, target: Path) -> None:
-    os.replace(source, target)
-    fsync_dir(target.parent)
-    fsync_dir(source.parent)

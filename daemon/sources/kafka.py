@@ -43,7 +43,6 @@ partition, refreshed every ``lag_interval_seconds``.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import json
 from collections import deque
@@ -56,7 +55,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 
 from daemon.config import KafkaSourceConfig
-from daemon.documents import DocumentError
+from daemon.errors import DocumentError, ProducerFencedError, SinkError
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
 from daemon.metrics import (
@@ -66,15 +65,15 @@ from daemon.metrics import (
     KAFKA_PAUSED_PARTITIONS,
     KAFKA_PENDING_RESULTS,
 )
-from daemon.sinks.kafka import Headers, KafkaSink, Output, ProducerFencedError, encode_record
+from daemon.records import Record, dead_letter, dead_letter_headers, encode_record, result_headers
+from daemon.sinks.kafka import KafkaSink, Output
 from daemon.sources.offsets import OffsetBook, PartitionOffsets
-from daemon.work import Record, SinkError, WorkItem
+from daemon.work import WorkItem
 
 log = get_logger(__name__)
 
 SOURCE_NAME: Final = "kafka"
 _JSON_FIELDS: Final = frozenset({"id", "text", "options"})
-_OUR_HEADERS: Final = ("model", "prompt_version")
 _PARSE_IN_THREAD_BYTES: Final = 256 * 1024
 _POLL_MS: Final = 50
 _PAUSED_POLL_MS: Final = 200
@@ -345,8 +344,7 @@ class KafkaSource(Lifecycle):
     # -- acknowledgement -------------------------------------------------------------------------
 
     async def _complete(self, entry: _Entry, doc_id: str, record: Record) -> None:
-        headers: Headers = [(k, v) for k, v in entry.message.headers if k not in _OUR_HEADERS]
-        headers += [(name, str(record.get(name, "")).encode("utf-8")) for name in _OUR_HEADERS]
+        headers = result_headers(entry.message.headers, record)
         if self.config.exactly_once:
             self._hold(entry, Output(self.config.output_topic, doc_id, encode_record(record), headers))
             return
@@ -355,29 +353,19 @@ class KafkaSource(Lifecycle):
 
     async def _fail(self, entry: _Entry, doc_id: str, record: Record) -> None:
         message = entry.message
-        value = message.value or b""
-        kept = value[: self.config.dead_letter_payload_bytes]
-        try:
-            payload, encoding = kept.decode("utf-8"), "utf-8"
-        except UnicodeDecodeError:
-            payload, encoding = base64.b64encode(kept).decode("ascii"), "base64"
-        dead_letter = {
-            **record,
-            "topic": message.topic,
-            "partition": message.partition,
-            "offset": message.offset,
-            "payload": payload if message.value is not None else None,
-            "payload_encoding": encoding,
-            "payload_bytes": len(value),
-            "payload_truncated": len(kept) < len(value),
-        }
-        headers: Headers = [*message.headers, ("reason", str(record.get("reason", "")).encode("utf-8"))]
+        letter = dead_letter(
+            record,
+            topic=message.topic,
+            partition=message.partition,
+            offset=message.offset,
+            value=message.value,
+            payload_bytes=self.config.dead_letter_payload_bytes,
+        )
+        headers = dead_letter_headers(message.headers, record)
         if self.config.exactly_once:
-            self._hold(
-                entry, Output(self.config.dead_letter_topic, doc_id, encode_record(dead_letter), headers)
-            )
+            self._hold(entry, Output(self.config.dead_letter_topic, doc_id, encode_record(letter), headers))
             return
-        await self.sink.write_failure(doc_id, dead_letter, headers)
+        await self.sink.write_failure(doc_id, letter, headers)
         self._finished(entry)
 
     def _hold(self, entry: _Entry, output: Output) -> None:

@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 
 from daemon.config import EngineConfig, SummaryConfig
-from daemon.engine import Engine, EngineDeadError, sampling_params
+from daemon.engine import Engine
+from daemon.errors import EngineDeadError
+from daemon.summarize import summary_sampling
 from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
 
 pytestmark = pytest.mark.engine
@@ -33,7 +35,7 @@ def test_cancel_aborts_the_vllm_request(
     async def scenario() -> tuple[int, int, str]:
         async with Engine(config) as engine:
             llm = engine._llm
-            long = sampling_params(SummaryConfig(max_summary_tokens=1500))
+            long = summary_sampling(SummaryConfig(max_summary_tokens=1500))
             task = asyncio.create_task(engine.generate(list(range(100, 600)), long, "doc-to-cancel"))
             await asyncio.sleep(1.0)
             running = llm.get_num_unfinished_requests()
@@ -44,7 +46,7 @@ def test_cancel_aborts_the_vllm_request(
             left = llm.get_num_unfinished_requests()
             # The engine still serves requests after the abort.
             short = await engine.generate(
-                list(range(100, 200)), sampling_params(SummaryConfig(max_summary_tokens=16)), "after"
+                list(range(100, 200)), summary_sampling(SummaryConfig(max_summary_tokens=16)), "after"
             )
             return running, left, short.finish_reason or ""
 
@@ -57,7 +59,7 @@ def test_cancel_aborts_the_vllm_request(
 def test_generate_after_stop_is_engine_dead(tiny_model: Path) -> None:
     engine = Engine(EngineConfig(model=str(tiny_model)))
     with pytest.raises(EngineDeadError):
-        asyncio.run(engine.generate([1, 2, 3], sampling_params(SummaryConfig()), "never-started"))
+        asyncio.run(engine.generate([1, 2, 3], summary_sampling(SummaryConfig()), "never-started"))
 
 
 def test_dead_engine_exits_nonzero_and_acknowledges_nothing(

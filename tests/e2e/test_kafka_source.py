@@ -13,7 +13,7 @@ import uuid
 import pytest
 
 from daemon.config import KafkaSourceConfig
-from daemon.documents import DocumentError
+from daemon.errors import DocumentError
 from daemon.sinks.kafka import KafkaSink
 from daemon.sources.kafka import KafkaSource, parse_message
 from daemon.work import WorkItem

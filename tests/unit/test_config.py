@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from daemon.cli import main
-from daemon.config import Config, ConfigError, load_config
+from daemon.config import Config, load_config
+from daemon.errors import ConfigError
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "docsumd.toml"
 

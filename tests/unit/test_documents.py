@@ -16,14 +16,8 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from daemon.documents import (
-    Document,
-    DocumentError,
-    check_size,
-    decode_document,
-    decode_text,
-    read_input_file,
-)
+from daemon.documents import Document, check_size, decode_document, decode_text, read_input_file
+from daemon.errors import DocumentError
 from tests.corpus import BAD_CORPUS_DECODABLE, BAD_CORPUS_REASONS, CORPUS_DIR
 
 LIMIT = 16 * 1024 * 1024

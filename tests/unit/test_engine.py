@@ -6,8 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import ConfigError, EngineConfig
-from daemon.engine import Engine, EngineDeadError, engine_args
+from daemon.config import EngineConfig
+from daemon.engine import Engine, engine_args
+from daemon.errors import ConfigError, EngineDeadError
 
 
 async def test_missing_model_folder_is_a_config_error(tmp_path: Path) -> None:

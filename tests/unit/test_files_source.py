@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.documents import DocumentError
+from daemon.errors import DocumentError
 from daemon.sinks.folder import FolderSink
 from daemon.sources.files import FilesSource
 from daemon.work import WorkItem

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from daemon.config import FolderSourceConfig
-from daemon.documents import DocumentError
+from daemon.errors import DocumentError
 from daemon.options import SummaryOptions, parse_options
 from daemon.sinks.folder import FolderSink
 from daemon.sources.folder import MAX_OPTIONS_BYTES, FolderSource, is_candidate_name, sidecar_names

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from daemon.errors import SinkError
 from daemon.sinks.folder import FolderSink, write_json_atomic
-from daemon.work import SinkError
 
 
 def test_write_json_atomic_writes_valid_utf8_json(tmp_path: Path) -> None:
@@ -58,17 +58,17 @@ def test_sink_paths() -> None:
     assert sink.error_path("a.txt") == Path("/f/a.txt.error.json")
 
 
-def test_sink_start_creates_folders_and_is_idempotent(tmp_path: Path) -> None:
+async def test_sink_start_creates_folders_and_is_idempotent(tmp_path: Path) -> None:
     sink = FolderSink(tmp_path / "out" / "deep", tmp_path / "failed")
-    sink.start()
-    sink.start()
+    await sink.start()
+    await sink.start()
     assert (tmp_path / "out" / "deep").is_dir()
     assert (tmp_path / "failed").is_dir()
 
 
 async def test_write_result_and_failure_return_their_paths(tmp_path: Path) -> None:
     sink = FolderSink(tmp_path / "out", tmp_path / "failed")
-    sink.start()
+    await sink.start()
     result = await sink.write_result("a.txt", {"ok": True})
     failure = await sink.write_failure("b.txt", {"reason": "empty"})
     assert result == tmp_path / "out" / "a.txt.summary.json"

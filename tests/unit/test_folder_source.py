@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from daemon.config import FolderSourceConfig
-from daemon.documents import DocumentError
+from daemon.errors import DocumentError
 from daemon.sinks.folder import FolderSink
 from daemon.sources import folder as folder_module
 from daemon.sources.folder import FolderSource, is_candidate_name

@@ -19,8 +19,8 @@ from aiokafka.errors import (
 )
 
 from daemon.config import KafkaSourceConfig
+from daemon.errors import SinkError
 from daemon.sinks.kafka import KafkaSink, send_failure_remedy
-from daemon.work import SinkError
 
 CONFIG = KafkaSourceConfig.model_validate(
     {

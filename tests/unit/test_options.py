@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from daemon.documents import DocumentError
+from daemon.errors import DocumentError
 from daemon.options import NO_OPTIONS, SummaryOptions, parse_options
 
 

@@ -15,8 +15,9 @@ import pytest
 
 import daemon.service as service_module
 from daemon.config import Config, EngineConfig, MetricsConfig, ServiceConfig, SummaryConfig
-from daemon.engine import EngineDeadError, Generation, RequestError
-from daemon.service import FatalError, Service
+from daemon.contracts import Generation
+from daemon.errors import EngineDeadError, FatalError, RequestError
+from daemon.service import Service
 from daemon.sinks.folder import FolderSink
 from daemon.sources.files import FilesSource
 

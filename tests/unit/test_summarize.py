@@ -20,9 +20,11 @@ import pytest
 
 from daemon.admission import Admission
 from daemon.chunking import split_into_chunks, tokenize_text
-from daemon.config import ConfigError, SummaryConfig
-from daemon.documents import Document, DocumentError, sha256_hex
-from daemon.engine import Engine, Generation, RequestError
+from daemon.config import SummaryConfig
+from daemon.contracts import Generation
+from daemon.documents import Document, sha256_hex
+from daemon.engine import Engine
+from daemon.errors import ConfigError, DocumentError, RequestError
 from daemon.options import SummaryOptions
 from daemon.prompts import SYSTEM_INSTRUCTION, PromptKind
 from daemon.summarize import Summarizer, _gather, _group

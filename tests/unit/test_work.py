@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.work import Record, WorkItem
+from daemon.records import Record
+from daemon.work import WorkItem
 
 
 class Recorder:

@@ -1,0 +1,129 @@
+"""The three contracts the service is built on: a source, a sink and the engine.
+
+The service and the summarizer depend on these protocols, never on a concrete class, so a new source
+or sink is a new module plus one line in :mod:`daemon.factory`, and tests or the benchmark pass their
+own engine in instead of patching.
+
+**Source** (:class:`Source`): yields :class:`~daemon.work.WorkItem` objects, each carrying its own
+acknowledgement. It must acknowledge an input (move the file, mark the offset finished) only after
+the item's result or failure record is durable in its sink, and never hand out the same input twice
+while it is in flight. Whatever was not acknowledged is handed out again after a restart. It pulls
+only when asked for the next item, so a backlog waits at the source (on disk, in the broker), not in
+memory.
+
+**Sink** (:class:`Sink`): writes results and failure records. ``write_result``/``write_failure``
+return only once the record is durable (file synced and renamed into place; broker acknowledged
+with ``acks=all``); otherwise they raise :class:`~daemon.errors.SinkError`, which is fatal.
+
+**Engine** (:class:`EngineClient`): runs one request to completion; a cancelled call aborts its
+request and re-raises. It raises :class:`~daemon.errors.RequestError` when one request failed (the
+document fails, the daemon goes on) and :class:`~daemon.errors.EngineDeadError` when the engine is
+gone (fatal). :class:`daemon.engine.Engine` is the vLLM implementation.
+
+Every implementation has idempotent ``start()``/``stop()``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from daemon.records import Record
+from daemon.work import WorkItem
+
+
+class Source(Protocol):
+    """Where work items come from (see the module's doc for what it must guarantee)."""
+
+    @property
+    def backlog(self) -> int:
+        """Inputs waiting at the source, not yet handed out."""
+        ...
+
+    async def start(self) -> None:
+        """Connect or create what it reads from; idempotent."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop handing out items (those handed out can still be settled); idempotent."""
+        ...
+
+    def items(self) -> AsyncIterator[WorkItem]:
+        """Work items, one per input, pulled one at a time; ends only for finite sources."""
+        ...
+
+
+class Sink(Protocol):
+    """Where records go (see the module's doc for what it must guarantee)."""
+
+    async def start(self) -> None:
+        """Connect or create what it writes to; idempotent."""
+        ...
+
+    async def stop(self) -> None:
+        """Flush and release; idempotent."""
+        ...
+
+    async def write_result(self, key: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()) -> Any:
+        """Write a result record durably under ``key``; :class:`~daemon.errors.SinkError` if it cannot."""
+        ...
+
+    async def write_failure(self, key: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()) -> Any:
+        """Write a failure record durably under ``key``; :class:`~daemon.errors.SinkError` if it cannot."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Sampling:
+    """How one request samples its output: the engine turns it into its own settings."""
+
+    max_tokens: int
+    temperature: float
+    top_p: float
+    repetition_penalty: float
+    seed: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Generation:
+    """The finished output of one request."""
+
+    text: str
+    prompt_tokens: int
+    output_tokens: int
+    cached_prompt_tokens: int
+    finish_reason: str | None
+    first_token_s: float | None
+    total_s: float
+
+
+class EngineClient(Protocol):
+    """What the service and the summarizer need of an engine."""
+
+    @property
+    def is_running(self) -> bool:
+        """True once started and until stopped or dead."""
+        ...
+
+    @property
+    def kv_cache_tokens(self) -> int | None:
+        """Tokens the engine's KV cache holds, once known (admission sizes itself from it)."""
+        ...
+
+    @property
+    def start_seconds(self) -> float | None:
+        """How long the last start took, once started."""
+        ...
+
+    async def start(self) -> None:
+        """Build and warm up the engine; idempotent. :class:`~daemon.errors.EngineDeadError` on failure."""
+        ...
+
+    async def stop(self) -> None:
+        """Shut the engine down; idempotent."""
+        ...
+
+    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
+        """Run one request to completion (see the module's doc for its errors and cancellation)."""
+        ...

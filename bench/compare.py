@@ -56,8 +56,8 @@ sys.path.insert(0, str(REPO))
 
 from daemon.cli import prepare_process  # noqa: E402
 from daemon.config import Config, FolderSourceConfig, MetricsConfig, SourcesConfig, load_config  # noqa: E402
-from daemon.contracts import Generation  # noqa: E402
-from daemon.engine import WARM_UP_REQUEST_ID, engine_kwargs, load_tokenizer  # noqa: E402
+from daemon.contracts import Generation, Sampling  # noqa: E402
+from daemon.engine import Engine, engine_kwargs, load_tokenizer  # noqa: E402
 from daemon.records import parse_request_id  # noqa: E402
 
 SHORT_MAX_TOKENS = 2000  # documents up to this many tokens count as short in the latency split
@@ -326,8 +326,9 @@ def _serve(run_config: Config, expected: int, label: str) -> DaemonRun:
             all_done.set()
 
     async def serve() -> None:
-        service = Service(run_config, on_finished=finished)
-        _record_requests(service, run)
+        service = Service(
+            run_config, engine=RecordingEngine(Engine(run_config.engine), run), on_finished=finished
+        )
         task = asyncio.create_task(service.run())
         while not service.ready() and not task.done():  # noqa: ASYNC110 - no event for "ready"
             await asyncio.sleep(0.01)
@@ -346,28 +347,46 @@ def _serve(run_config: Config, expected: int, label: str) -> DaemonRun:
     return run
 
 
-def _record_requests(service: Any, run: DaemonRun) -> None:
-    """Wrap the engine's generate to record every request (the raw run replays them)."""
-    original = service.engine.generate
+class RecordingEngine:
+    """The real engine, recording every request it runs (the raw pass replays them)."""
 
-    async def generate(prompt_ids: list[int], params: Any, request_id: str) -> Generation:
+    def __init__(self, engine: Engine, run: DaemonRun) -> None:
+        self.engine = engine
+        self.run = run
+
+    @property
+    def is_running(self) -> bool:
+        return self.engine.is_running
+
+    @property
+    def kv_cache_tokens(self) -> int | None:
+        return self.engine.kv_cache_tokens
+
+    @property
+    def start_seconds(self) -> float | None:
+        return self.engine.start_seconds
+
+    async def start(self) -> None:
+        await self.engine.start()
+
+    async def stop(self) -> None:
+        await self.engine.stop()
+
+    async def generate(self, prompt_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
         submitted = time.monotonic()
-        generation: Generation = await original(prompt_ids, params, request_id)
-        if request_id != WARM_UP_REQUEST_ID:
-            parsed = parse_request_id(request_id)
-            run.requests.append(
-                Request(
-                    doc=parsed.doc_id,
-                    kind=parsed.kind,
-                    prompt_ids=list(prompt_ids),
-                    output_tokens=generation.output_tokens,
-                    submitted=submitted,
-                    finished=time.monotonic(),
-                )
+        generation = await self.engine.generate(prompt_ids, sampling, request_id)
+        parsed = parse_request_id(request_id)
+        self.run.requests.append(
+            Request(
+                doc=parsed.doc_id,
+                kind=parsed.kind,
+                prompt_ids=list(prompt_ids),
+                output_tokens=generation.output_tokens,
+                submitted=submitted,
+                finished=time.monotonic(),
             )
+        )
         return generation
-
-    service.engine.generate = generate
 
 
 class _RssSampler:

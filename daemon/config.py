@@ -403,8 +403,10 @@ class Config(BaseSettings):
 
     def require_source(self) -> None:
         """Raise :class:`ConfigError` unless at least one source is configured (the service needs one)."""
-        if self.sources.folder is None and self.sources.kafka is None:
-            raise ConfigError("no source configured: add a [sources.folder] or [sources.kafka] section")
+        kinds = list(SourcesConfig.model_fields)
+        if all(getattr(self.sources, kind) is None for kind in kinds):
+            sections = " or ".join(f"[sources.{kind}]" for kind in kinds)
+            raise ConfigError(f"no source configured: add a {sections} section")
 
     @property
     def inflight_documents(self) -> int:

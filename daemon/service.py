@@ -1,15 +1,16 @@
-"""The service: sources -> documents -> summaries -> sinks, under one owner.
+"""The service: lifecycle, intake and drain of sources -> pipeline -> sinks, under one owner.
 
-:class:`Service` starts the metrics endpoint, the engine and the sources; pulls work items from
-every source while fewer than ``inflight_documents`` are in flight; processes each in its own task;
-and on :meth:`request_stop` drains: it stops pulling, gives in-flight documents ``drain_seconds``
-to finish, cancels the rest (their vLLM requests are aborted and their inputs stay
+:class:`Service` starts the metrics endpoint, the engine and the sources (built by
+:mod:`daemon.factory` unless passed in); pulls work items from every source while fewer than
+``inflight_documents`` are in flight; hands each to the :class:`~daemon.pipeline.DocumentPipeline`
+in its own task; and on :meth:`request_stop` drains: it stops pulling, gives in-flight documents
+``drain_seconds`` to finish, cancels the rest (their vLLM requests are aborted and their inputs stay
 unacknowledged), and shuts the engine down.
 
-Errors: a :class:`~daemon.errors.DocumentError` fails one document (failure record, metric) and
-the service goes on. An :class:`~daemon.errors.EngineDeadError` or
-:class:`~daemon.errors.SinkError` is fatal: intake stops, nothing more is acknowledged, and
-:meth:`run` raises :class:`FatalError` so the process exits non-zero and its supervisor restarts it.
+Errors (:mod:`daemon.errors`): the pipeline settles per-document errors itself. An
+:class:`~daemon.errors.EngineDeadError` or :class:`~daemon.errors.SinkError` is fatal: intake stops,
+nothing more is acknowledged, and :meth:`run` raises :class:`~daemon.errors.FatalError` so the
+process exits non-zero and its supervisor restarts it.
 """
 
 from __future__ import annotations
@@ -17,33 +18,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
-import structlog
-
-from daemon.admission import Admission
+from daemon.admission import admission_for_engine
 from daemon.config import Config
-from daemon.contracts import Source
-from daemon.documents import decode_document, sha256_hex
+from daemon.contracts import EngineClient, Source
 from daemon.engine import Engine, load_tokenizer
-from daemon.errors import DocumentError, EngineDeadError, FatalError, SinkError
+from daemon.errors import EngineDeadError, FatalError
+from daemon.factory import build_sources
 from daemon.logging import get_logger
-from daemon.metrics import (
-    ENGINE_STARTING,
-    ENGINE_UP,
-    INFLIGHT,
-    QUEUED,
-    READY,
-    MetricsServer,
-    observe_failed,
-    observe_summarized,
-)
+from daemon.metrics import ENGINE_STARTING, ENGINE_UP, INFLIGHT, QUEUED, READY, MetricsServer
 from daemon.notify import SystemdNotifier
-from daemon.options import parse_options
-from daemon.records import Summary, failure_record, result_record
-from daemon.sinks.folder import FolderSink
-from daemon.sources.folder import FolderSource
+from daemon.pipeline import OK, DocumentPipeline, OnFinished
+from daemon.prompts import ChatTokenizer
 from daemon.summarize import Summarizer
 from daemon.work import WorkItem
 
@@ -73,16 +61,21 @@ class Service:
         self,
         config: Config,
         *,
+        engine: EngineClient | None = None,
+        tokenizer: ChatTokenizer | None = None,
         sources: list[Source] | None = None,
-        on_finished: Callable[[WorkItem, str], None] | None = None,
+        on_finished: OnFinished | None = None,
         notifier: SystemdNotifier | None = None,
     ) -> None:
-        """``sources`` defaults to those in ``config``; ``on_finished(item, outcome)`` is told of each
-        finished document (outcome ``ok`` or a failure reason), e.g. for a progress bar; ``notifier``
-        tells systemd of readiness, the drain and the status, and pings its watchdog."""
+        """Everything not passed in is built from ``config``: the vLLM ``engine``, the served model's
+        ``tokenizer`` and the ``sources`` (:func:`~daemon.factory.build_sources`). ``on_finished(item,
+        outcome)`` is told of each finished document (outcome ``ok`` or a failure reason), e.g. for a
+        progress bar; ``notifier`` tells systemd of readiness, the drain and the status, and pings
+        its watchdog."""
         self.config = config
-        self.engine = Engine(config.engine)
-        self.sources: list[Source] = sources if sources is not None else self._build_sources()
+        self.engine: EngineClient = engine if engine is not None else Engine(config.engine)
+        self.sources: list[Source] = sources if sources is not None else build_sources(config)
+        self._tokenizer = tokenizer
         self._on_finished = on_finished
         self.notifier = notifier or SystemdNotifier(None)
         self.metrics = (
@@ -91,31 +84,13 @@ class Service:
             else None
         )
         self.stats = Stats()
-        self._summarizer: Summarizer | None = None
-        self.admission: Admission | None = None
+        self._pipeline: DocumentPipeline | None = None
         self._stop_requested = asyncio.Event()
         self._drain_cut = asyncio.Event()
         self._slots = asyncio.Semaphore(config.inflight_documents)
         self._inflight: set[asyncio.Task[None]] = set()
         self._fatal: BaseException | None = None
         self._ready = False
-
-    def _build_sources(self) -> list[Source]:
-        sources: list[Source] = []
-        folder = self.config.sources.folder
-        if folder is not None:
-            sink = FolderSink(folder.outbox, folder.failed)
-            sources.append(FolderSource(folder, sink, max_input_bytes=self.config.limits.max_input_bytes))
-        kafka = self.config.sources.kafka
-        if kafka is not None:
-            # Imported here: aiokafka is loaded only by daemons that read Kafka.
-            from daemon.sinks.kafka import KafkaSink
-            from daemon.sources.kafka import KafkaSource
-
-            sources.append(
-                KafkaSource(kafka, KafkaSink(kafka), max_input_bytes=self.config.limits.max_input_bytes)
-            )
-        return sources
 
     # -- health ----------------------------------------------------------------------------------
 
@@ -222,43 +197,32 @@ class Service:
         except EngineDeadError as exc:
             raise FatalError(str(exc)) from exc
         ENGINE_UP.set(1)
-        tokenizer = await asyncio.to_thread(load_tokenizer, self.config.engine)
-        self.admission = self._build_admission()
-        self._summarizer = Summarizer(
+        self._pipeline = await self._build_pipeline()
+
+    async def _build_pipeline(self) -> DocumentPipeline:
+        """The per-document path on the running engine (admission sizes itself from its KV cache)."""
+        config = self.config
+        tokenizer: ChatTokenizer
+        if self._tokenizer is not None:
+            tokenizer = self._tokenizer
+        else:
+            tokenizer = await asyncio.to_thread(load_tokenizer, config.engine)
+        admission = admission_for_engine(
+            config.admission, config.engine, kv_cache_tokens=self.engine.kv_cache_tokens
+        )
+        summarizer = Summarizer(
             self.engine,
             tokenizer,
-            self.config.summary,
-            max_model_len=self.config.engine.max_model_len,
-            admission=self.admission,
+            config.summary,
+            max_model_len=config.engine.max_model_len,
+            admission=admission,
         )
-
-    def _build_admission(self) -> Admission:
-        """Admission bounds: configured, or derived from the running engine's settings and KV cache."""
-        settings, engine = self.config.admission, self.config.engine
-        # Tokens: what the KV cache can hold; beyond that requests would only queue inside vLLM, in its
-        # order instead of ours. Requests: vLLM's batch size, capped at 128, which keeps a 7B model on
-        # an H200 saturated on long documents (measured) while leaving vLLM's own queue empty.
-        kv_tokens = self.engine.kv_cache_tokens
-        max_tokens = settings.max_inflight_tokens or max(
-            kv_tokens or 32 * engine.max_num_batched_tokens, engine.max_model_len
+        return DocumentPipeline(
+            summarizer,
+            model_name=config.engine.model_name,
+            max_input_bytes=config.limits.max_input_bytes,
+            on_finished=self._on_finished,
         )
-        max_requests = settings.max_inflight_requests or min(engine.max_num_seqs, 128)
-        admission = Admission(
-            max_requests=max_requests,
-            max_tokens=max_tokens,
-            window_seconds=settings.window_seconds,
-            full_length=engine.max_model_len,
-            enabled=settings.enabled,
-        )
-        log.info(
-            "admission",
-            enabled=admission.enabled,
-            max_inflight_requests=admission.max_requests,
-            max_inflight_tokens=admission.max_tokens,
-            kv_cache_tokens=kv_tokens,
-            window_s=admission.window_seconds,
-        )
-        return admission
 
     async def _shutdown(self) -> None:
         for source in self.sources:
@@ -345,71 +309,12 @@ class Service:
             self._fail_fatally(exc)
 
     async def _process(self, item: WorkItem) -> None:
-        """Take one item from bytes to an acknowledged result or failure record."""
-        with structlog.contextvars.bound_contextvars(doc_id=item.id, source=item.source):
-            data: bytes | None = None
-            try:
-                data = await item.load()
-                document = await asyncio.to_thread(
-                    decode_document,
-                    data,
-                    doc_id=item.id,
-                    source=item.source,
-                    max_input_bytes=self.config.limits.max_input_bytes,
-                    metadata=item.metadata,
-                )
-                options = parse_options(None if item.load_options is None else await item.load_options())
-                assert self._summarizer is not None
-                queued_s = time.monotonic() - item.received_at
-                summary = await self._summarizer.summarize(document, options, arrived_at=item.received_at)
-            except DocumentError as error:
-                await self._record_failure(item, error, data)
-                return
-            except (EngineDeadError, SinkError, asyncio.CancelledError):
-                raise
-            except Exception as exc:
-                # A bug met on one document must not stop the stream (nor crash-loop on restart).
-                log.exception("unexpected error on a document")
-                await self._record_failure(item, DocumentError("internal_error", repr(exc)), data)
-                return
-            total_s = time.monotonic() - item.received_at
-            record = result_record(
-                document, summary, model=self.config.engine.model_name, queued_s=queued_s, total_s=total_s
-            )
-            await item.complete(record)
-            self._count_success(item, summary, total_s)
-
-    async def _record_failure(self, item: WorkItem, error: DocumentError, data: bytes | None) -> None:
-        record = failure_record(
-            doc_id=item.id,
-            source=item.source,
-            error=error,
-            metadata=item.metadata,
-            sha256=None if data is None else sha256_hex(data),
-            input_bytes=None if data is None else len(data),
-        )
-        await item.fail(record)
-        self.stats.failed += 1
-        observe_failed(item.source, error.reason)
-        if self._on_finished is not None:
-            self._on_finished(item, error.reason)
-        log.warning("document failed", reason=error.reason, message=error.message)
-
-    def _count_success(self, item: WorkItem, summary: Summary, total_s: float) -> None:
-        self.stats.succeeded += 1
-        observe_summarized(item.source, summary, total_s)
-        if self._on_finished is not None:
-            self._on_finished(item, "ok")
-        log.info(
-            "document summarized",
-            strategy=summary.strategy,
-            parts=summary.parts,
-            document_tokens=summary.document_tokens,
-            prompt_tokens=summary.prompt_tokens,
-            summary_tokens=summary.summary_tokens,
-            truncated=summary.truncated,
-            total_s=round(total_s, 3),
-        )
+        assert self._pipeline is not None
+        outcome = await self._pipeline.process(item)
+        if outcome == OK:
+            self.stats.succeeded += 1
+        else:
+            self.stats.failed += 1
 
     # -- background ------------------------------------------------------------------------------
 

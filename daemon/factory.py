@@ -1,0 +1,50 @@
+"""Sources and their sinks, built from the config: the one place that knows every kind.
+
+Each ``[sources.NAME]`` section of the config has a builder here. Adding a source (S3, HTTP, ...)
+means: a config section in :class:`~daemon.config.SourcesConfig`, a module under ``daemon/sources/``
+(and ``daemon/sinks/`` if it writes somewhere new) that keeps the contracts of
+:mod:`daemon.contracts`, and one entry in :data:`BUILDERS`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, Final
+
+from daemon.config import Config, FolderSourceConfig, KafkaSourceConfig
+from daemon.contracts import Source
+
+
+def build_folder(section: FolderSourceConfig, config: Config) -> Source:
+    """The watched folder, writing to its outbox and failed folders."""
+    from daemon.sinks.folder import FolderSink
+    from daemon.sources.folder import FolderSource
+
+    sink = FolderSink(section.outbox, section.failed)
+    return FolderSource(section, sink, max_input_bytes=config.limits.max_input_bytes)
+
+
+def build_kafka(section: KafkaSourceConfig, config: Config) -> Source:
+    """The Kafka consumer group, writing results and dead letters back to Kafka."""
+    # Imported here: aiokafka is loaded only by daemons that read Kafka.
+    from daemon.sinks.kafka import KafkaSink
+    from daemon.sources.kafka import KafkaSource
+
+    return KafkaSource(section, KafkaSink(section), max_input_bytes=config.limits.max_input_bytes)
+
+
+BUILDERS: Final[dict[str, Callable[[Any, Config], Source]]] = {
+    "folder": build_folder,
+    "kafka": build_kafka,
+}
+"""Config section name under ``[sources]`` -> the builder of that source."""
+
+
+def build_sources(config: Config) -> list[Source]:
+    """A source for every ``[sources.NAME]`` section present, in the order of :data:`BUILDERS`."""
+    sources: list[Source] = []
+    for name, build in BUILDERS.items():
+        section = getattr(config.sources, name)
+        if section is not None:
+            sources.append(build(section, config))
+    return sources

@@ -1,0 +1,123 @@
+"""One document's path: work item -> bytes -> document -> options -> summary -> record -> acknowledgement.
+
+:class:`DocumentPipeline` takes one :class:`~daemon.work.WorkItem` to exactly one settled outcome
+and applies the error policy of :mod:`daemon.errors` in one place:
+
+* a :class:`~daemon.errors.DocumentError` at any step (reading, decoding, options, summarizing)
+  becomes the document's failure record; the input is acknowledged and the outcome is its reason;
+* any other exception on one document is a bug met on that document: logged with its traceback and
+  recorded as ``internal_error``, so it can neither stop the stream nor crash-loop a restart;
+* :class:`~daemon.errors.EngineDeadError`, :class:`~daemon.errors.SinkError` and cancellation
+  propagate: they are the service's to handle (fatal, or a drain cut short), and the input stays
+  unacknowledged.
+
+It knows nothing of the service's lifecycle, so it is tested on its own with a fake engine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import Final
+
+import structlog
+
+from daemon.documents import decode_document, sha256_hex
+from daemon.errors import DocumentError, EngineDeadError, SinkError
+from daemon.logging import get_logger
+from daemon.metrics import observe_failed, observe_summarized
+from daemon.options import parse_options
+from daemon.records import Summary, failure_record, result_record
+from daemon.summarize import Summarizer
+from daemon.work import WorkItem
+
+log = get_logger(__name__)
+
+OK: Final = "ok"
+"""The outcome of a summarized document; any other outcome is a failure reason."""
+
+OnFinished = Callable[[WorkItem, str], None]
+"""Told of each finished document and its outcome (``ok`` or a failure reason)."""
+
+
+class DocumentPipeline:
+    """Processes work items with one summarizer; safe to run for many items at once."""
+
+    def __init__(
+        self,
+        summarizer: Summarizer,
+        *,
+        model_name: str,
+        max_input_bytes: int,
+        on_finished: OnFinished | None = None,
+    ) -> None:
+        """``model_name`` goes into every result; ``on_finished`` is told of each settled item."""
+        self.summarizer = summarizer
+        self.model_name = model_name
+        self.max_input_bytes = max_input_bytes
+        self._on_finished = on_finished
+
+    async def process(self, item: WorkItem) -> str:
+        """Take ``item`` to an acknowledged result or failure record; return the outcome."""
+        with structlog.contextvars.bound_contextvars(doc_id=item.id, source=item.source):
+            data: bytes | None = None
+            try:
+                data = await item.load()
+                document = await asyncio.to_thread(
+                    decode_document,
+                    data,
+                    doc_id=item.id,
+                    source=item.source,
+                    max_input_bytes=self.max_input_bytes,
+                    metadata=item.metadata,
+                )
+                options = parse_options(None if item.load_options is None else await item.load_options())
+                queued_s = time.monotonic() - item.received_at
+                summary = await self.summarizer.summarize(document, options, arrived_at=item.received_at)
+            except DocumentError as error:
+                return await self._record_failure(item, error, data)
+            except (EngineDeadError, SinkError, asyncio.CancelledError):
+                raise
+            except Exception as exc:
+                # A bug met on one document must not stop the stream (nor crash-loop on restart).
+                log.exception("unexpected error on a document")
+                return await self._record_failure(item, DocumentError("internal_error", repr(exc)), data)
+            total_s = time.monotonic() - item.received_at
+            record = result_record(
+                document, summary, model=self.model_name, queued_s=queued_s, total_s=total_s
+            )
+            await item.complete(record)
+            self._summarized(item, summary, total_s)
+            return OK
+
+    async def _record_failure(self, item: WorkItem, error: DocumentError, data: bytes | None) -> str:
+        record = failure_record(
+            doc_id=item.id,
+            source=item.source,
+            error=error,
+            metadata=item.metadata,
+            sha256=None if data is None else sha256_hex(data),
+            input_bytes=None if data is None else len(data),
+        )
+        await item.fail(record)
+        observe_failed(item.source, error.reason)
+        if self._on_finished is not None:
+            self._on_finished(item, error.reason)
+        log.warning("document failed", reason=error.reason, message=error.message)
+        return error.reason
+
+    def _summarized(self, item: WorkItem, summary: Summary, total_s: float) -> None:
+        observe_summarized(item.source, summary, total_s)
+        if self._on_finished is not None:
+            self._on_finished(item, OK)
+        log.info(
+            "document summarized",
+            strategy=summary.strategy,
+            parts=summary.parts,
+            document_tokens=summary.document_tokens,
+            prompt_tokens=summary.prompt_tokens,
+            summary_tokens=summary.summary_tokens,
+            truncated=summary.truncated,
+            total_s=round(total_s, 3),
+        )

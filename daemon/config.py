@@ -17,6 +17,7 @@ from typing import Any, Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
+from daemon.budget import check_lengths
 from daemon.errors import ConfigError
 
 ENV_PREFIX = "DOCSUMD_"
@@ -385,20 +386,13 @@ class Config(BaseSettings):
 
     @model_validator(mode="after")
     def _summary_fits_context(self) -> Self:
-        # The prompt needs room too: leave at least half of the context for the text. A combine step
-        # must hold at least two part summaries, or staged summaries could not shrink.
-        half = self.engine.max_model_len // 2
-        if self.summary.max_summary_tokens > half:
-            raise ValueError(
-                f"summary.max_summary_tokens ({self.summary.max_summary_tokens}) must be at most half of "
-                f"engine.max_model_len ({self.engine.max_model_len})"
-            )
-        if self.summary.part_tokens(self.engine.max_model_len) * 3 > half:
-            raise ValueError(
-                f"summary.part_summary_tokens ({self.summary.part_summary_tokens}) must be at most a "
-                f"sixth of engine.max_model_len ({self.engine.max_model_len}), so that a combine step "
-                "holds several parts"
-            )
+        # The context-budget rules that need no tokenizer, so that a wrong length fails on load;
+        # daemon/budget.py has them all and checks the rest in build_budget, before the engine starts.
+        context = self.engine.max_model_len
+        try:
+            check_lengths(context, self.summary.max_summary_tokens, self.summary.part_tokens(context))
+        except ConfigError as exc:
+            raise ValueError(str(exc)) from None
         return self
 
     def require_source(self) -> None:

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
-from daemon.config import Style
+if TYPE_CHECKING:  # only a type here: daemon.config imports daemon.budget, which imports this module
+    from daemon.config import Style
 
 PROMPT_VERSION: Final = "summary-v2"
 

@@ -11,6 +11,9 @@ is summarized in one request. A longer one is, by ``summary.strategy``:
 * ``head`` / ``head_tail``: the start (and end) of the document in one request; the result says how
   many tokens were dropped.
 
+How long parts, part summaries and combine steps are is the context budget's business
+(:mod:`daemon.budget`), decided before the engine starts; this module only follows it.
+
 Every request goes through :class:`~daemon.admission.Admission`; combine steps are marked urgent so
 documents already in progress finish first. One document has at most
 ``summary.max_parallel_requests_per_document`` requests waiting or running at once.
@@ -25,11 +28,12 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from daemon.admission import Admission
+from daemon.budget import ContextBudget
 from daemon.chunking import TokenizedText, head_ids, head_tail_ids, split_into_chunks, tokenize_text
 from daemon.config import SummaryConfig
 from daemon.contracts import EngineClient, Generation, Sampling
 from daemon.documents import Document
-from daemon.errors import ConfigError, DocumentError, RequestError
+from daemon.errors import DocumentError, RequestError
 from daemon.metrics import ENGINE_REQUESTS
 from daemon.options import NO_OPTIONS, SummaryOptions
 from daemon.prompts import PROMPT_VERSION, ChatTokenizer, PromptBuilder, PromptKind
@@ -38,8 +42,6 @@ from daemon.records import Summary, request_id
 T = TypeVar("T")
 
 _MAX_DEPTH: Final = 12  # a guard: combining at least halves the count per level, so 2**11 parts at most
-_LABEL_TOKENS: Final = 16  # room for an entry's "[Part N]" label and separator
-_MIN_STEP_TOKENS: Final = 16
 _GAP_TEXT: Final = "\n\n[...]\n\n"
 
 
@@ -73,7 +75,7 @@ class _DocumentRun:
         """One request: ``body_ids`` in the ``kind`` template, at most ``max_tokens`` out."""
         summarizer = self._summarizer
         prompt_ids = summarizer.prompts.build(kind, body_ids, style=style, max_tokens=max_tokens)
-        if len(prompt_ids) + max_tokens > summarizer.max_model_len:  # a bug, never the document's fault
+        if not summarizer.budget.fits(len(prompt_ids), max_tokens):  # a bug, never the document's fault
             raise AssertionError(f"{kind} prompt of {len(prompt_ids)} tokens does not fit the context")
         self.requests += 1
         engine_request_id = request_id(self._document.id, kind.value, self.requests)
@@ -152,33 +154,28 @@ class Summarizer:
         tokenizer: ChatTokenizer,
         config: SummaryConfig,
         *,
-        max_model_len: int,
+        budget: ContextBudget | None = None,
         admission: Admission,
+        max_model_len: int | None = None,
     ) -> None:
-        """Raises :class:`~daemon.errors.ConfigError` if the context cannot hold staged summaries."""
+        """``budget`` is :func:`daemon.budget.build_budget`'s, for this ``config`` and ``tokenizer``.
+
+        ``max_model_len`` instead of ``budget`` is for callers that do not build the budget yet: the
+        budget is built here then, and its :class:`~daemon.errors.ConfigError` raised from here.
+        """
+        if budget is None:
+            if max_model_len is None:
+                raise TypeError("Summarizer needs budget= (or max_model_len= until callers pass one)")
+            budget = ContextBudget.create(config, max_model_len, tokenizer)
+        elif max_model_len is not None:
+            raise TypeError("Summarizer takes budget= or max_model_len=, not both")
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config
-        self.max_model_len = max_model_len
+        self.budget = budget
         self.admission = admission
         self.prompts = PromptBuilder(tokenizer)
         self._gap_ids = self.encode(_GAP_TEXT)
-        part_tokens = self.part_tokens = config.part_tokens(max_model_len)
-        self.part_budget = self._room(PromptKind.PART, "prose", part_tokens)
-        self.overlap = min(config.chunk_overlap_tokens, self.part_budget // 4)
-        # An intermediate combine step must hold at least two part summaries with their labels, and
-        # the final one at least two intermediate summaries (see _step_tokens).
-        if self._room(PromptKind.COMBINE, "prose", part_tokens) < 2 * (part_tokens + _LABEL_TOKENS):
-            raise ConfigError(
-                f"engine.max_model_len ({max_model_len}) is too small for staged summaries with "
-                f"summary.part_summary_tokens {part_tokens}: lower it or raise max_model_len"
-            )
-        if self._step_tokens(config.style, config.max_summary_tokens) < _MIN_STEP_TOKENS:
-            raise ConfigError(
-                f"engine.max_model_len ({max_model_len}) leaves too little room for combining part "
-                f"summaries into a summary of {config.max_summary_tokens} tokens: lower "
-                "summary.max_summary_tokens or raise max_model_len"
-            )
 
     def params(self, max_tokens: int) -> Sampling:
         """Sampling settings for a request of at most ``max_tokens`` output tokens."""
@@ -188,38 +185,12 @@ class Summarizer:
         """Token ids of ``text`` as content (special-token strings are plain text)."""
         return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))  # type: ignore[call-arg]
 
-    def _room(self, kind: PromptKind, style: Any, max_tokens: int) -> int:
-        """Tokens of text a request of this kind can carry."""
-        return (
-            self.max_model_len - max_tokens - self.prompts.overhead(kind, style=style, max_tokens=max_tokens)
-        )
-
-    def _step_tokens(self, style: Any, max_tokens: int) -> int:
-        """Length of intermediate combined summaries: at most a part summary, and small enough that
-        two of them (with labels) fit in the final combine request, so staging always converges."""
-        final_room = self._room(PromptKind.COMBINE, style, max_tokens)
-        return min(self.part_tokens, final_room // 2 - _LABEL_TOKENS)
-
     def plan(self, options: SummaryOptions) -> _Plan:
         """The length, style and strategy for a document; DocumentError ``invalid_options`` if impossible."""
-        max_tokens = options.max_summary_tokens or self.config.max_summary_tokens
-        if max_tokens > self.max_model_len // 2:
-            raise DocumentError(
-                "invalid_options",
-                f"max_summary_tokens {max_tokens} is over half the context ({self.max_model_len} tokens)",
-            )
+        max_tokens = options.max_summary_tokens or self.budget.summary_tokens
         style = options.style or self.config.style
-        if self._step_tokens(style, max_tokens) < _MIN_STEP_TOKENS:
-            raise DocumentError(
-                "invalid_options",
-                f"max_summary_tokens {max_tokens} leaves too little of the context "
-                f"({self.max_model_len} tokens) for combining part summaries",
-            )
-        return _Plan(
-            max_tokens=max_tokens,
-            style=options.style or self.config.style,
-            strategy=options.strategy or self.config.strategy,
-        )
+        self.budget.check_summary(max_tokens, style)
+        return _Plan(max_tokens=max_tokens, style=style, strategy=options.strategy or self.config.strategy)
 
     async def summarize(
         self, document: Document, options: SummaryOptions = NO_OPTIONS, *, arrived_at: float | None = None
@@ -232,7 +203,7 @@ class Summarizer:
         # Tokenizing a long document takes a while (about 0.6 s per MB): keep it off the event loop.
         tokens = await asyncio.to_thread(tokenize_text, self.tokenizer, document.text)
         run = _DocumentRun(self, document, time.monotonic() if arrived_at is None else arrived_at)
-        room = self._room(PromptKind.DOCUMENT, plan.style, plan.max_tokens)
+        room = self.budget.room(PromptKind.DOCUMENT, plan.style, plan.max_tokens)
         if len(tokens) <= room:
             final = await run.generate(
                 PromptKind.DOCUMENT, tokens.ids, style=plan.style, max_tokens=plan.max_tokens
@@ -258,12 +229,15 @@ class Summarizer:
         )
 
     async def _map_reduce(self, run: _DocumentRun, tokens: TokenizedText, plan: _Plan) -> Summary:
-        part_tokens = self.part_tokens
-        chunks = await asyncio.to_thread(split_into_chunks, tokens, self.part_budget, self.overlap)
+        budget = self.budget
+        part_tokens = budget.part_summary_tokens
+        chunks = await asyncio.to_thread(
+            split_into_chunks, tokens, budget.part_input_tokens, budget.overlap_tokens
+        )
         if len(chunks) > self.config.max_parts:
             raise DocumentError(
                 "too_long",
-                f"the document needs {len(chunks)} parts of up to {self.part_budget} tokens "
+                f"the document needs {len(chunks)} parts of up to {budget.part_input_tokens} tokens "
                 f"({len(tokens)} tokens); summary.max_parts is {self.config.max_parts}",
             )
         generations = await _gather(
@@ -273,14 +247,13 @@ class Summarizer:
         entries = [
             self._entry(i, generation.text, part_tokens) for i, generation in enumerate(generations, 1)
         ]
-        final_room = self._room(PromptKind.COMBINE, plan.style, plan.max_tokens)
-        step_tokens = self._step_tokens(plan.style, plan.max_tokens)
-        step_room = self._room(PromptKind.COMBINE, "prose", step_tokens)
+        combining = budget.combining(plan.style, plan.max_tokens)
+        step_tokens = combining.step_tokens
         depth = 2
-        while sum(map(len, entries)) > final_room:
+        while sum(map(len, entries)) > combining.final_room:
             if depth >= _MAX_DEPTH:  # pragma: no cover - cannot happen with the room checked at start
                 raise DocumentError("internal_error", "staged summary did not converge")
-            groups = _group(entries, step_room)
+            groups = _group(entries, combining.step_room)
             generations = await _gather(
                 run.generate(
                     PromptKind.COMBINE,

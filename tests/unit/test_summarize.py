@@ -19,12 +19,13 @@ from typing import Any, cast
 import pytest
 
 from daemon.admission import Admission
+from daemon.budget import ContextBudget
 from daemon.chunking import split_into_chunks, tokenize_text
 from daemon.config import SummaryConfig
 from daemon.contracts import Generation
 from daemon.documents import Document, sha256_hex
 from daemon.engine import Engine
-from daemon.errors import ConfigError, DocumentError, RequestError
+from daemon.errors import DocumentError, RequestError
 from daemon.options import SummaryOptions
 from daemon.prompts import SYSTEM_INSTRUCTION, PromptKind
 from daemon.summarize import Summarizer, _gather, _group
@@ -131,11 +132,12 @@ def make_summarizer(
     **config: Any,
 ) -> Summarizer:
     settings: dict[str, Any] = {"max_summary_tokens": 64, "chunk_overlap_tokens": 32} | config
+    summary_config = SummaryConfig(**settings)
     return Summarizer(
         cast(Engine, engine),
         tokenizer,
-        SummaryConfig(**settings),
-        max_model_len=max_model_len,
+        summary_config,
+        budget=ContextBudget.create(summary_config, max_model_len, tokenizer),
         admission=admission or make_admission(),
     )
 
@@ -214,7 +216,7 @@ async def test_short_document_is_one_request(tokenizer: Any) -> None:
 async def test_document_that_just_fits_is_one_request_and_one_more_token_is_not(tokenizer: Any) -> None:
     engine = FakeEngine()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=512)
-    room = summarizer._room(PromptKind.DOCUMENT, "prose", 64)
+    room = summarizer.budget.room(PromptKind.DOCUMENT, "prose", 64)
     text = long_text(40)
     ids = tokenize_text(tokenizer, text).ids
     assert len(ids) > room + 1
@@ -259,9 +261,9 @@ async def test_long_document_is_split_into_parts_that_cover_it_then_combined(tok
     covered = 0
     previous_start = -1
     for call in parts:
-        assert call.max_tokens == summarizer.part_tokens == 64
+        assert call.max_tokens == summarizer.budget.part_summary_tokens == 64
         body = body_of(summarizer, call, PromptKind.PART, style="prose", max_tokens=call.max_tokens)
-        assert 0 < len(body) <= summarizer.part_budget
+        assert 0 < len(body) <= summarizer.budget.part_input_tokens
         start = find(document_ids, body, previous_start + 1)
         assert 0 <= start <= covered, f"{call.request_id} leaves a gap before token {start}"
         previous_start, covered = start, start + len(body)
@@ -287,7 +289,7 @@ async def test_long_document_is_split_into_parts_that_cover_it_then_combined(tok
 
 async def test_part_summaries_too_long_for_one_combine_are_combined_in_stages(tokenizer: Any) -> None:
     max_model_len = 512
-    engine = FakeEngine(repeats=30)  # about 90 tokens, cut to part_tokens (64) in the combine input
+    engine = FakeEngine(repeats=30)  # about 90 tokens, cut to part_summary_tokens (64) in the combine input
     summarizer = make_summarizer(tokenizer, engine, max_model_len=max_model_len)
     text = long_text(80)
 
@@ -307,7 +309,7 @@ async def test_part_summaries_too_long_for_one_combine_are_combined_in_stages(to
     assert kinds == ["part"] * len(parts) + ["combine"] * len(combines)
     # Each level combines the previous level's entries in consecutive groups (labels 1..n, in order),
     # every group but a level's last holding two or more; each level at least halves the count.
-    room = summarizer._room(PromptKind.COMBINE, "prose", 64)
+    room = summarizer.budget.room(PromptKind.COMBINE, "prose", 64)
     levels: list[list[list[int]]] = []
     for call in combines[:-1]:
         body = body_of(summarizer, call, PromptKind.COMBINE, style="prose", max_tokens=64)
@@ -337,11 +339,6 @@ async def test_too_many_parts_is_too_long_and_sends_nothing(tokenizer: Any) -> N
     assert engine.calls == []
 
 
-def test_context_too_small_for_staged_summaries_is_a_config_error(tokenizer: Any) -> None:
-    with pytest.raises(ConfigError, match="too small"):
-        make_summarizer(tokenizer, FakeEngine(), max_model_len=400, part_summary_tokens=100)
-
-
 # -- head / head_tail ------------------------------------------------------------------------------
 
 
@@ -360,7 +357,7 @@ async def test_truncating_strategies_send_one_request_and_report_what_was_droppe
     (call,) = engine.calls
     assert len(call.prompt) + call.max_tokens == max_model_len  # the context is used to the last token
     body = body_of(summarizer, call, PromptKind.DOCUMENT, style="prose", max_tokens=64)
-    room = summarizer._room(PromptKind.DOCUMENT, "prose", 64)
+    room = summarizer.budget.room(PromptKind.DOCUMENT, "prose", 64)
     assert len(body) == room
     gap = summarizer.encode("\n\n[...]\n\n")
     if strategy == "head":
@@ -451,8 +448,8 @@ async def test_options_asking_for_over_half_the_context_are_invalid(tokenizer: A
 @pytest.mark.parametrize(
     ("config", "options"),
     [
-        # Accepted by Config (max_summary_tokens <= half, part_tokens 85 <= a sixth of 512) and by the
-        # Summarizer's start-up check; no per-document options at all.
+        # Accepted by Config (max_summary_tokens <= half, part summaries of 85 <= a sixth of 512) and
+        # by the context budget; no per-document options at all.
         ({"max_summary_tokens": 256}, SummaryOptions()),
         # The configured summary is small, but a valid option (not over half the context) asks for more.
         ({"max_summary_tokens": 64, "part_summary_tokens": 85}, SummaryOptions(max_summary_tokens=256)),
@@ -480,7 +477,13 @@ async def test_engine_error_fails_the_document_and_cancels_its_other_requests(to
     admission = make_admission()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=512, admission=admission)
     text = long_text(20)
-    parts = len(split_into_chunks(tokenize_text(tokenizer, text), summarizer.part_budget, summarizer.overlap))
+    parts = len(
+        split_into_chunks(
+            tokenize_text(tokenizer, text),
+            summarizer.budget.part_input_tokens,
+            summarizer.budget.overlap_tokens,
+        )
+    )
     assert 3 <= parts <= summarizer.config.max_parallel_requests_per_document  # all reach the engine
     all_started = asyncio.Event()
     never = asyncio.Event()

@@ -69,8 +69,9 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser(
         "check-config",
         help="validate a config file and print the effective config",
-        description="Load FILE with DOCSUMD_* environment overrides, validate it, and print the effective "
-        "configuration as JSON. Exits 2 with the problems listed if it is invalid.",
+        description="Load FILE with DOCSUMD_* environment overrides, validate it, check the context budget "
+        "with the served model's tokenizer (when it can be loaded), and print the effective configuration "
+        "as JSON. Exits 2 with the problems listed if it is invalid.",
     )
     check.add_argument("file", type=Path, metavar="FILE")
     check.set_defaults(func=_cmd_check_config)
@@ -110,8 +111,28 @@ def _parser() -> argparse.ArgumentParser:
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
     config = load_config(args.file)
+    _check_budget(config)
     print(json.dumps(config.model_dump(mode="json"), indent=2))
     return EXIT_OK
+
+
+def _check_budget(config: Config) -> None:
+    """Check the context budget with the served model's tokenizer, as ``run`` does before the engine
+    starts (ConfigError: exit 2). Without a reachable tokenizer, say it was not checked."""
+    from daemon.budget import build_budget
+    from daemon.engine import load_tokenizer
+
+    if Path(config.engine.model).exists():
+        # A local model needs no hub: do not wait on one that may be unreachable.
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    try:
+        tokenizer = load_tokenizer(config.engine)
+    except (OSError, ValueError) as exc:
+        print(f"docsumd: context budget not checked: cannot load the tokenizer: {exc}", file=sys.stderr)
+        return
+    budget = build_budget(config, tokenizer)
+    lengths = ", ".join(f"{name} {value}" for name, value in budget.as_dict().items())
+    print(f"docsumd: context budget: {lengths}", file=sys.stderr)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

@@ -22,6 +22,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from daemon.admission import admission_for_engine
+from daemon.budget import ContextBudget, build_budget
 from daemon.config import Config
 from daemon.contracts import EngineClient, Source
 from daemon.engine import Engine, load_tokenizer
@@ -63,12 +64,14 @@ class Service:
         *,
         engine: EngineClient | None = None,
         tokenizer: ChatTokenizer | None = None,
+        budget: ContextBudget | None = None,
         sources: list[Source] | None = None,
         on_finished: OnFinished | None = None,
         notifier: SystemdNotifier | None = None,
     ) -> None:
         """Everything not passed in is built from ``config``: the vLLM ``engine``, the served model's
-        ``tokenizer`` and the ``sources`` (:func:`~daemon.factory.build_sources`). ``on_finished(item,
+        ``tokenizer``, the context ``budget`` (:func:`~daemon.budget.build_budget`, checked before the
+        engine starts) and the ``sources`` (:func:`~daemon.factory.build_sources`). ``on_finished(item,
         outcome)`` is told of each finished document (outcome ``ok`` or a failure reason), e.g. for a
         progress bar; ``notifier`` tells systemd of readiness, the drain and the status, and pings
         its watchdog."""
@@ -76,6 +79,7 @@ class Service:
         self.engine: EngineClient = engine if engine is not None else Engine(config.engine)
         self.sources: list[Source] = sources if sources is not None else build_sources(config)
         self._tokenizer = tokenizer
+        self._budget = budget
         self._on_finished = on_finished
         self.notifier = notifier or SystemdNotifier(None)
         self.metrics = (
@@ -134,7 +138,8 @@ class Service:
                 except OSError as exc:
                     where = f"{self.metrics.host}:{self.metrics.port}"
                     raise FatalError(f"cannot serve metrics on {where}: {exc.strerror or exc}") from exc
-            await self._start_engine()
+            tokenizer, budget = await self._prepare_budget()
+            await self._start_engine(tokenizer, budget)
             if self._stop_requested.is_set():
                 return
             for source in self.sources:
@@ -174,14 +179,27 @@ class Service:
         finally:
             stop.cancel()
 
-    async def _start_engine(self) -> None:
+    async def _prepare_budget(self) -> tuple[ChatTokenizer, ContextBudget]:
+        """The tokenizer and the context budget, before the engine starts: a configuration whose
+        budget cannot work raises :class:`~daemon.errors.ConfigError` in seconds, not after minutes
+        of engine start-up."""
+        tokenizer: ChatTokenizer
+        if self._tokenizer is not None:
+            tokenizer = self._tokenizer
+        else:
+            tokenizer = await asyncio.to_thread(load_tokenizer, self.config.engine)
+        budget = self._budget or build_budget(self.config, tokenizer)
+        log.info("context budget", **budget.as_dict())
+        return tokenizer, budget
+
+    async def _start_engine(self, tokenizer: ChatTokenizer, budget: ContextBudget) -> None:
         ENGINE_STARTING.set(1)
         try:
-            await self._bring_up_engine()
+            await self._bring_up_engine(tokenizer, budget)
         finally:
             ENGINE_STARTING.set(0)
 
-    async def _bring_up_engine(self) -> None:
+    async def _bring_up_engine(self, tokenizer: ChatTokenizer, budget: ContextBudget) -> None:
         start = asyncio.create_task(self.engine.start(), name="engine-start")
         stop = asyncio.create_task(self._stop_requested.wait(), name="stop-wait")
         try:
@@ -197,16 +215,11 @@ class Service:
         except EngineDeadError as exc:
             raise FatalError(str(exc)) from exc
         ENGINE_UP.set(1)
-        self._pipeline = await self._build_pipeline()
+        self._pipeline = self._build_pipeline(tokenizer, budget)
 
-    async def _build_pipeline(self) -> DocumentPipeline:
+    def _build_pipeline(self, tokenizer: ChatTokenizer, budget: ContextBudget) -> DocumentPipeline:
         """The per-document path on the running engine (admission sizes itself from its KV cache)."""
         config = self.config
-        tokenizer: ChatTokenizer
-        if self._tokenizer is not None:
-            tokenizer = self._tokenizer
-        else:
-            tokenizer = await asyncio.to_thread(load_tokenizer, config.engine)
         admission = admission_for_engine(
             config.admission, config.engine, kv_cache_tokens=self.engine.kv_cache_tokens
         )
@@ -214,7 +227,7 @@ class Service:
             self.engine,
             tokenizer,
             config.summary,
-            max_model_len=config.engine.max_model_len,
+            budget=budget,
             admission=admission,
         )
         return DocumentPipeline(

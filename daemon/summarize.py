@@ -154,21 +154,10 @@ class Summarizer:
         tokenizer: ChatTokenizer,
         config: SummaryConfig,
         *,
-        budget: ContextBudget | None = None,
+        budget: ContextBudget,
         admission: Admission,
-        max_model_len: int | None = None,
     ) -> None:
-        """``budget`` is :func:`daemon.budget.build_budget`'s, for this ``config`` and ``tokenizer``.
-
-        ``max_model_len`` instead of ``budget`` is for callers that do not build the budget yet: the
-        budget is built here then, and its :class:`~daemon.errors.ConfigError` raised from here.
-        """
-        if budget is None:
-            if max_model_len is None:
-                raise TypeError("Summarizer needs budget= (or max_model_len= until callers pass one)")
-            budget = ContextBudget.create(config, max_model_len, tokenizer)
-        elif max_model_len is not None:
-            raise TypeError("Summarizer takes budget= or max_model_len=, not both")
+        """``budget`` is :func:`daemon.budget.build_budget`'s, for this ``config`` and ``tokenizer``."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config

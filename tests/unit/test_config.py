@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -256,6 +260,72 @@ def test_check_config_on_missing_file_exits_2(tmp_path: Path, capsys: pytest.Cap
     path = tmp_path / "missing.toml"
     assert main(["check-config", str(path)]) == 2
     assert capsys.readouterr().err == f"docsumd: {path}: no such config file\n"
+
+
+BAD_BUDGET = """
+[engine]
+model = "{model}"
+max_model_len = 256
+kv_cache_memory_bytes = 67108864
+
+[summary]
+max_summary_tokens = 128
+part_summary_tokens = 32
+
+[metrics]
+enabled = false
+
+[sources.folder]
+inbox = "in"
+outbox = "out"
+done = "done"
+failed = "failed"
+"""
+
+
+def test_check_config_refuses_a_budget_that_cannot_work(
+    tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(tmp_path, BAD_BUDGET.format(model=tiny_model_dir))
+    assert main(["check-config", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert "summary.part_summary_tokens" in captured.err
+    assert "engine.max_model_len" in captured.err
+
+
+def test_run_refuses_a_budget_that_cannot_work_before_the_engine_starts(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    # A subprocess: `run` configures the process's logging and environment, as a real start does.
+    path = _write(tmp_path, BAD_BUDGET.format(model=tiny_model_dir))
+    started = time.monotonic()
+    proc = subprocess.run(
+        [sys.executable, "-m", "daemon", "run", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+        check=False,
+    )
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 2, proc.stderr
+    assert "summary.part_summary_tokens" in proc.stderr
+    assert "engine starting" not in proc.stderr  # refused before the engine was built
+    assert elapsed < 60, elapsed  # imports and the tokenizer, never an engine start
+
+
+def test_check_config_reports_the_budget_with_the_tokenizer(
+    tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = _write(
+        tmp_path,
+        BAD_BUDGET.format(model=tiny_model_dir).replace("max_model_len = 256", "max_model_len = 2048"),
+    )
+    assert main(["check-config", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["engine"]["max_model_len"] == 2048
+    assert "context budget: context_tokens 2048" in captured.err
 
 
 # -- [sources.kafka] -------------------------------------------------------------------------------

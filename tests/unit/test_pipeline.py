@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from daemon.admission import Admission
+from daemon.budget import ContextBudget
 from daemon.config import SummaryConfig
 from daemon.errors import DocumentError, EngineDeadError, RequestError, SinkError
 from daemon.pipeline import OK, DocumentPipeline
@@ -67,9 +68,9 @@ def finished() -> list[tuple[str, str]]:
 @pytest.fixture
 def pipeline(engine: FakeEngine, tokenizer: Any, finished: list[tuple[str, str]]) -> DocumentPipeline:
     admission = Admission(max_requests=8, max_tokens=10**6, window_seconds=0.0, full_length=1024)
-    summarizer = Summarizer(
-        engine, tokenizer, SummaryConfig(max_summary_tokens=16), max_model_len=1024, admission=admission
-    )
+    config = SummaryConfig(max_summary_tokens=16)
+    budget = ContextBudget.create(config, 1024, tokenizer)
+    summarizer = Summarizer(engine, tokenizer, config, budget=budget, admission=admission)
     return DocumentPipeline(
         summarizer,
         model_name="tiny",

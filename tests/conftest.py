@@ -1,12 +1,33 @@
-"""Fixtures shared by unit and end-to-end tests: a real Kafka-protocol broker for the session."""
+"""Fixtures shared by unit and end-to-end tests: the tiny model, the shared corpus, a real broker.
+
+Each exists once: unit and end-to-end tests ask for the same fixture by the same name.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
+from tests.corpus import CORPUS_DIR
 from tests.kafka_broker import KafkaBroker, noida_binary
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's own tiny random-weight model with its tokenizer (no download), built once per session."""
+    from daemon.tiny_model import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    """The shared corpus (``shared/corpus`` beside the checkout): real documents and bad inputs."""
+    if not (CORPUS_DIR / "docs").is_dir():
+        pytest.skip(f"test corpus not found at {CORPUS_DIR} (expected shared/ beside the repository)")
+    return CORPUS_DIR
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,5 @@
-"""Fixtures for end-to-end tests: the tiny model (built once) and daemons that are always cleaned up."""
+"""Fixtures of the end-to-end tests: daemon layouts and daemons that are always cleaned up (the tiny
+model and the corpus are in tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -7,22 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.tiny_model import build_tiny_model
-from tests.e2e.harness import CORPUS, DaemonProcess, Layout, free_port
-
-
-@pytest.fixture(scope="session")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The project's own tiny random-weight model (no download)."""
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
-
-
-@pytest.fixture(scope="session")
-def corpus() -> Path:
-    """../shared/corpus beside the checkout (real documents and bad inputs)."""
-    if not (CORPUS / "docs").is_dir():
-        pytest.skip(f"corpus not found at {CORPUS}")
-    return CORPUS
+from tests.e2e.harness import DaemonProcess, Layout, free_port
 
 
 @pytest.fixture

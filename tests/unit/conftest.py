@@ -1,4 +1,4 @@
-"""Shared fixtures for the unit tests: the shared corpus, a tiny model built once, a clean environment."""
+"""Fixtures of the unit tests: the tiny model's tokenizer, a clean environment (see tests/conftest.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from tests.corpus import CORPUS_DIR
 
 
 @pytest.fixture(autouse=True)
@@ -21,24 +19,8 @@ def _no_docsumd_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture(scope="session")
-def corpus_dir() -> Path:
-    """The shared test corpus (``shared/corpus`` beside the repository checkout)."""
-    if not CORPUS_DIR.is_dir():
-        pytest.skip(f"test corpus not found at {CORPUS_DIR} (expected shared/ beside the repository)")
-    return CORPUS_DIR
-
-
-@pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny random-weight model with its tokenizer, built once per session (a few seconds)."""
-    from daemon.tiny_model import build_tiny_model
-
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
-
-
-@pytest.fixture(scope="session")
-def tokenizer(tiny_model_dir: Path) -> Any:
+def tokenizer(tiny_model: Path) -> Any:
     """The tiny model's tokenizer, loaded the way the daemon loads it."""
     from transformers import AutoTokenizer
 
-    return AutoTokenizer.from_pretrained(str(tiny_model_dir))
+    return AutoTokenizer.from_pretrained(str(tiny_model))

@@ -197,8 +197,8 @@ def test_head_tail_keeps_both_ends_within_budget(tokenizer: Any) -> None:
     assert head_tail_ids(short, 101, [9]) == short.ids
 
 
-def test_one_giant_line_from_the_corpus(tokenizer: Any, corpus_dir: Path) -> None:
-    text = (corpus_dir / "bad" / "one_giant_line.txt").read_text(encoding="utf-8")
+def test_one_giant_line_from_the_corpus(tokenizer: Any, corpus: Path) -> None:
+    text = (corpus / "bad" / "one_giant_line.txt").read_text(encoding="utf-8")
     tokenizer.model_max_length = 1 << 30  # as the daemon loads it: no "too long" warning
     tokens = tokenize_text(tokenizer, text)
     chunks = split_into_chunks(tokens, 3500, 64)
@@ -209,9 +209,9 @@ def test_one_giant_line_from_the_corpus(tokenizer: Any, corpus_dir: Path) -> Non
     assert breaks["sentence"] + breaks["word"] == len(chunks) - 1  # no line breaks to use
 
 
-def test_real_documents_cut_on_sections_or_paragraphs(tokenizer: Any, corpus_dir: Path) -> None:
+def test_real_documents_cut_on_sections_or_paragraphs(tokenizer: Any, corpus: Path) -> None:
     for name in ("legal-common-gpl-3.txt", "tech-pydoc-library-stdtypes.txt", "paper-pmc-pone-0000217.txt"):
-        text = (corpus_dir / "docs" / name).read_text(encoding="utf-8")
+        text = (corpus / "docs" / name).read_text(encoding="utf-8")
         tokens = tokenize_text(tokenizer, text)
         chunks = split_into_chunks(tokens, 2000, 64)
         _check_cover(tokens, chunks, 2000)

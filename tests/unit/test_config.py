@@ -284,9 +284,9 @@ failed = "failed"
 
 
 def test_check_config_refuses_a_budget_that_cannot_work(
-    tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _write(tmp_path, BAD_BUDGET.format(model=tiny_model_dir))
+    path = _write(tmp_path, BAD_BUDGET.format(model=tiny_model))
     assert main(["check-config", str(path)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -295,10 +295,10 @@ def test_check_config_refuses_a_budget_that_cannot_work(
 
 
 def test_run_refuses_a_budget_that_cannot_work_before_the_engine_starts(
-    tmp_path: Path, tiny_model_dir: Path
+    tmp_path: Path, tiny_model: Path
 ) -> None:
     # A subprocess: `run` configures the process's logging and environment, as a real start does.
-    path = _write(tmp_path, BAD_BUDGET.format(model=tiny_model_dir))
+    path = _write(tmp_path, BAD_BUDGET.format(model=tiny_model))
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "daemon", "run", "--config", str(path)],
@@ -316,11 +316,11 @@ def test_run_refuses_a_budget_that_cannot_work_before_the_engine_starts(
 
 
 def test_check_config_reports_the_budget_with_the_tokenizer(
-    tmp_path: Path, tiny_model_dir: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = _write(
         tmp_path,
-        BAD_BUDGET.format(model=tiny_model_dir).replace("max_model_len = 256", "max_model_len = 2048"),
+        BAD_BUDGET.format(model=tiny_model).replace("max_model_len = 256", "max_model_len = 2048"),
     )
     assert main(["check-config", str(path)]) == 0
     captured = capsys.readouterr()

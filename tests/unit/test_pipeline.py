@@ -57,7 +57,7 @@ class Acks:
 
 @pytest.fixture
 def engine() -> FakeEngine:
-    return FakeEngine()
+    return FakeEngine(delay=0.05)
 
 
 @pytest.fixture
@@ -115,7 +115,7 @@ async def test_a_refused_document_is_failed_with_its_reason(
 async def test_an_engine_request_error_fails_only_that_document(
     pipeline: DocumentPipeline, engine: FakeEngine
 ) -> None:
-    engine.behaviour["bad.txt"] = RequestError("refused")
+    engine.failures["bad.txt"] = RequestError("refused")
     acks = Acks()
     outcomes = await asyncio.gather(
         pipeline.process(acks.item("bad.txt")), pipeline.process(acks.item("ok.txt"))
@@ -131,7 +131,7 @@ async def test_fatal_errors_propagate_and_settle_nothing(
 ) -> None:
     acks = Acks()
     if isinstance(error, EngineDeadError):
-        engine.behaviour["c.txt"] = error
+        engine.failures["c.txt"] = error
         item = acks.item("c.txt")
     else:
         item = acks.item("c.txt")
@@ -156,6 +156,6 @@ async def test_cancellation_aborts_the_request_and_settles_nothing(
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert engine.cancelled == ["d.txt"]
+    assert engine.cancelled_docs == ["d.txt"]
     assert not acks.failed
     assert not acks.completed

@@ -24,7 +24,7 @@ from tests.fakes import FakeEngine
 
 @pytest.fixture
 def fake_engine() -> FakeEngine:
-    return FakeEngine()
+    return FakeEngine(delay=0.05)
 
 
 def _config(tmp_path: Path, **service: Any) -> Config:
@@ -65,7 +65,7 @@ async def test_in_flight_documents_never_exceed_the_bound(
 ) -> None:
     service, outbox = make_service(tmp_path, _files(tmp_path, 20), max_inflight_documents=3)
     await asyncio.wait_for(service.run(), 30)
-    assert fake_engine.max_concurrent == 3
+    assert fake_engine.max_active == 3
     assert len(list(outbox.glob("*.summary.json"))) == 20
     assert service.stats.succeeded == 20
     assert fake_engine.stopped
@@ -74,8 +74,8 @@ async def test_in_flight_documents_never_exceed_the_bound(
 async def test_request_error_fails_one_document_and_the_rest_go_on(
     tmp_path: Path, fake_engine: FakeEngine, make_service: Callable[..., tuple[Service, Path]]
 ) -> None:
-    fake_engine.behaviour["doc-03.txt"] = RequestError("refused")
-    fake_engine.behaviour["doc-05.txt"] = RuntimeError("a bug in our code")
+    fake_engine.failures["doc-03.txt"] = RequestError("refused")
+    fake_engine.failures["doc-05.txt"] = RuntimeError("a bug in our code")
     service, outbox = make_service(tmp_path, _files(tmp_path, 8))
     await asyncio.wait_for(service.run(), 30)
     assert len(list(outbox.glob("*.summary.json"))) == 6
@@ -91,13 +91,13 @@ async def test_dead_engine_is_fatal_and_acknowledges_nothing_more(
     # not completed, and nothing at all acknowledged.
     fake_engine.delay = 2.0
     fake_engine.delays["doc-00.txt"] = 0.05
-    fake_engine.behaviour["doc-00.txt"] = EngineDeadError("gone")
+    fake_engine.failures["doc-00.txt"] = EngineDeadError("gone")
     paths = _files(tmp_path, 6)
     service, outbox = make_service(tmp_path, paths, max_inflight_documents=6)
     with pytest.raises(FatalError, match="gone"):
         await asyncio.wait_for(service.run(), 30)
     assert not list(outbox.glob("*.json"))
-    assert sorted(fake_engine.cancelled) == sorted(p.name for p in paths[1:])
+    assert sorted(fake_engine.cancelled_docs) == sorted(p.name for p in paths[1:])
     assert fake_engine.stopped
 
 
@@ -110,7 +110,7 @@ async def test_drain_deadline_cancels_unfinished_documents(
     await asyncio.sleep(0.3)
     service.request_stop()
     await asyncio.wait_for(run, 10)  # returns normally: a drained stop is not an error
-    assert sorted(fake_engine.cancelled) == [f"doc-{i:02d}.txt" for i in range(4)]
+    assert sorted(fake_engine.cancelled_docs) == [f"doc-{i:02d}.txt" for i in range(4)]
     assert not list(outbox.glob("*.json"))
 
 
@@ -126,7 +126,7 @@ async def test_second_stop_request_cuts_the_drain_short(
     assert not run.done()  # draining, within its 60 s deadline
     service.request_stop()
     await asyncio.wait_for(run, 5)
-    assert len(fake_engine.cancelled) == 2
+    assert len(fake_engine.cancelled_docs) == 2
 
 
 async def test_generous_drain_lets_in_flight_documents_finish(

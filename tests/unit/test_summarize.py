@@ -12,9 +12,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Any, cast
+from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 
@@ -22,85 +21,28 @@ from daemon.admission import Admission
 from daemon.budget import ContextBudget
 from daemon.chunking import split_into_chunks, tokenize_text
 from daemon.config import SummaryConfig
-from daemon.contracts import Generation
 from daemon.documents import Document, sha256_hex
-from daemon.engine import Engine
 from daemon.errors import DocumentError, RequestError
 from daemon.options import SummaryOptions
 from daemon.prompts import SYSTEM_INSTRUCTION, PromptKind
 from daemon.summarize import Summarizer, _gather, _group
+from tests.fakes import Call, FakeEngine
 
-REQUEST_ID = re.compile(r"^(?P<doc>.+):(?P<kind>document|part|combine)(?P<number>\d+):[0-9a-f]{8}$")
 REPLY = "part summary words "  # 3 tokens per repetition with the tiny tokenizer
 
 
-@dataclass(frozen=True)
-class Call:
-    """One request the fake engine received."""
-
-    request_id: str
-    prompt: list[int]
-    max_tokens: int
-
-    @property
-    def kind(self) -> str:
-        match = REQUEST_ID.match(self.request_id)
-        assert match is not None, self.request_id
-        return match["kind"]
-
-    @property
-    def number(self) -> int:
-        match = REQUEST_ID.match(self.request_id)
-        assert match is not None, self.request_id
-        return int(match["number"])
-
-
-class FakeEngine:
-    """Records requests, tracks how many run at once, answers with ``REPLY`` repeated ``repeats`` times."""
-
-    def __init__(
-        self,
-        *,
-        repeats: int = 20,
-        output_tokens: int = 60,
-        steps: int = 3,
-        behaviour: Callable[[str], Any] | None = None,
-    ) -> None:
-        self.calls: list[Call] = []
-        self.cancelled: list[str] = []
-        self.active = 0
-        self.max_active = 0
-        self.text = REPLY * repeats
-        self.output_tokens = output_tokens
-        self.steps = steps  # event-loop turns each request takes, so concurrent requests overlap
-        self.behaviour = behaviour  # awaited per request id; may raise or block
-
-    async def generate(self, prompt_token_ids: list[int], params: Any, request_id: str) -> Generation:
-        self.calls.append(Call(request_id, list(prompt_token_ids), int(params.max_tokens)))
-        self.active += 1
-        self.max_active = max(self.max_active, self.active)
-        try:
-            for _ in range(self.steps):
-                await asyncio.sleep(0)
-            if self.behaviour is not None:
-                await self.behaviour(request_id)
-        except asyncio.CancelledError:
-            self.cancelled.append(request_id)
-            raise
-        finally:
-            self.active -= 1
-        return Generation(
-            text=self.text,
-            prompt_tokens=len(prompt_token_ids),
-            output_tokens=self.output_tokens,
-            cached_prompt_tokens=7,
-            finish_reason="stop",
-            first_token_s=0.01,
-            total_s=0.02,
-        )
-
-    def of_kind(self, kind: str) -> list[Call]:
-        return sorted((call for call in self.calls if call.kind == kind), key=lambda call: call.number)
+def replying_engine(
+    *, repeats: int = 20, output_tokens: int = 60, steps: int = 3, behaviour: Any = None
+) -> FakeEngine:
+    """The shared fake engine answering ``REPLY`` repeated ``repeats`` times, with 7 cached tokens and
+    ``steps`` event-loop turns per request so that concurrent requests overlap."""
+    return FakeEngine(
+        text=REPLY * repeats,
+        output_tokens=output_tokens,
+        cached_prompt_tokens=7,
+        steps=steps,
+        behaviour=behaviour,
+    )
 
 
 class RecordingAdmission(Admission):
@@ -134,7 +76,7 @@ def make_summarizer(
     settings: dict[str, Any] = {"max_summary_tokens": 64, "chunk_overlap_tokens": 32} | config
     summary_config = SummaryConfig(**settings)
     return Summarizer(
-        cast(Engine, engine),
+        engine,
         tokenizer,
         summary_config,
         budget=ContextBudget.create(summary_config, max_model_len, tokenizer),
@@ -191,7 +133,7 @@ def assert_every_request_fits(engine: FakeEngine, max_model_len: int) -> None:
 
 
 async def test_short_document_is_one_request(tokenizer: Any) -> None:
-    engine = FakeEngine(output_tokens=42)
+    engine = replying_engine(output_tokens=42)
     admission = make_admission()
     summarizer = make_summarizer(tokenizer, engine, admission=admission)
     text = "The lessee pays the rent on the first day of each month."
@@ -214,7 +156,7 @@ async def test_short_document_is_one_request(tokenizer: Any) -> None:
 
 
 async def test_document_that_just_fits_is_one_request_and_one_more_token_is_not(tokenizer: Any) -> None:
-    engine = FakeEngine()
+    engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=512)
     room = summarizer.budget.room(PromptKind.DOCUMENT, "prose", 64)
     text = long_text(40)
@@ -237,7 +179,7 @@ async def test_document_that_just_fits_is_one_request_and_one_more_token_is_not(
 
 async def test_long_document_is_split_into_parts_that_cover_it_then_combined(tokenizer: Any) -> None:
     max_model_len = 1024
-    engine = FakeEngine()
+    engine = replying_engine()
     admission = make_admission()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=max_model_len, admission=admission)
     text = long_text(150)
@@ -289,7 +231,9 @@ async def test_long_document_is_split_into_parts_that_cover_it_then_combined(tok
 
 async def test_part_summaries_too_long_for_one_combine_are_combined_in_stages(tokenizer: Any) -> None:
     max_model_len = 512
-    engine = FakeEngine(repeats=30)  # about 90 tokens, cut to part_summary_tokens (64) in the combine input
+    engine = replying_engine(
+        repeats=30
+    )  # about 90 tokens, cut to part_summary_tokens (64) in the combine input
     summarizer = make_summarizer(tokenizer, engine, max_model_len=max_model_len)
     text = long_text(80)
 
@@ -330,7 +274,7 @@ async def test_part_summaries_too_long_for_one_combine_are_combined_in_stages(to
 
 
 async def test_too_many_parts_is_too_long_and_sends_nothing(tokenizer: Any) -> None:
-    engine = FakeEngine()
+    engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=512, max_parts=3)
     with pytest.raises(DocumentError) as caught:
         await summarizer.summarize(make_document(long_text(60)))
@@ -347,7 +291,7 @@ async def test_truncating_strategies_send_one_request_and_report_what_was_droppe
     tokenizer: Any, strategy: str
 ) -> None:
     max_model_len = 512
-    engine = FakeEngine()
+    engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=max_model_len, strategy=strategy)
     text = long_text(60)
     document_ids = tokenize_text(tokenizer, text).ids
@@ -378,14 +322,14 @@ async def test_truncating_strategies_send_one_request_and_report_what_was_droppe
 
 
 async def test_truncating_strategy_does_not_truncate_a_document_that_fits(tokenizer: Any) -> None:
-    engine = FakeEngine()
+    engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine, strategy="head_tail")
     summary = await summarizer.summarize(make_document("A short notice."))
     assert (summary.strategy, summary.dropped_tokens, summary.truncated) == ("single", 0, False)
 
 
 async def test_options_strategy_overrides_the_configured_one(tokenizer: Any) -> None:
-    engine = FakeEngine()
+    engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=512)
     summary = await summarizer.summarize(make_document(long_text(60)), SummaryOptions(strategy="head"))
     assert (summary.strategy, summary.requests, summary.truncated) == ("head", 1, True)
@@ -395,7 +339,7 @@ async def test_options_strategy_overrides_the_configured_one(tokenizer: Any) -> 
 
 
 async def test_options_set_the_final_length_and_style(tokenizer: Any) -> None:
-    engine = FakeEngine()
+    engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=1024)
     options = SummaryOptions(max_summary_tokens=100, style="bullets")
     summary = await summarizer.summarize(make_document(long_text(60)), options)
@@ -415,7 +359,7 @@ async def test_options_set_the_final_length_and_style(tokenizer: Any) -> None:
 
 
 async def test_options_on_a_single_request_document(tokenizer: Any) -> None:
-    engine = FakeEngine()
+    engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine)
     summary = await summarizer.summarize(
         make_document("A short notice."), SummaryOptions(max_summary_tokens=200, style="bullets")
@@ -425,14 +369,14 @@ async def test_options_on_a_single_request_document(tokenizer: Any) -> None:
     assert "bullet" in tokenizer.decode(call.prompt)
     assert (summary.strategy, summary.style, summary.max_summary_tokens) == ("single", "bullets", 200)
 
-    engine_plain = FakeEngine()
+    engine_plain = replying_engine()
     await make_summarizer(tokenizer, engine_plain).summarize(make_document("A short notice."))
     assert "bullet" not in tokenizer.decode(engine_plain.calls[0].prompt)
     assert engine_plain.calls[0].max_tokens == 64
 
 
 async def test_options_asking_for_over_half_the_context_are_invalid(tokenizer: Any) -> None:
-    engine = FakeEngine()
+    engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=1024)
     with pytest.raises(DocumentError) as caught:
         await summarizer.summarize(make_document("A short notice."), SummaryOptions(max_summary_tokens=513))
@@ -462,7 +406,7 @@ async def test_long_summary_in_a_small_context_still_combines(
     # The final combine of max_summary_tokens 256 in a 512-token context has room for about 70 tokens of
     # text, less than one combined entry (label plus up to 85 tokens): combining one entry again gives
     # one entry again, until the depth guard fails the document with internal_error.
-    engine = FakeEngine(repeats=40)  # the model uses its whole part budget (120 tokens, cut to 85)
+    engine = replying_engine(repeats=40)  # the model uses its whole part budget (120 tokens, cut to 85)
     summarizer = make_summarizer(tokenizer, engine, max_model_len=512, **config)
     summary = await summarizer.summarize(make_document(long_text(40)), options)
     assert summary.dropped_tokens == 0
@@ -473,7 +417,7 @@ async def test_long_summary_in_a_small_context_still_combines(
 
 
 async def test_engine_error_fails_the_document_and_cancels_its_other_requests(tokenizer: Any) -> None:
-    engine = FakeEngine()
+    engine = replying_engine()
     admission = make_admission()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=512, admission=admission)
     text = long_text(20)
@@ -502,7 +446,7 @@ async def test_engine_error_fails_the_document_and_cancels_its_other_requests(to
     assert caught.value.reason == "engine_error"
     assert "the engine refused this prompt" in caught.value.message
     assert [call.kind for call in engine.calls] == ["part"] * parts
-    assert sorted(engine.cancelled) == sorted(
+    assert sorted(call.request_id for call in engine.cancelled) == sorted(
         call.request_id for call in engine.calls if ":part2:" not in call.request_id
     )
     assert len(engine.cancelled) == parts - 1
@@ -514,7 +458,7 @@ async def test_engine_error_in_a_single_request_is_a_document_error(tokenizer: A
     async def refuse(request_id: str) -> None:
         raise RequestError("prompt rejected")
 
-    engine = FakeEngine(behaviour=refuse)
+    engine = replying_engine(behaviour=refuse)
     with pytest.raises(DocumentError) as caught:
         await make_summarizer(tokenizer, engine).summarize(make_document("A short notice."))
     assert caught.value.reason == "engine_error"
@@ -522,7 +466,7 @@ async def test_engine_error_in_a_single_request_is_a_document_error(tokenizer: A
 
 
 async def test_fan_out_of_one_document_is_bounded(tokenizer: Any) -> None:
-    engine = FakeEngine(steps=10)
+    engine = replying_engine(steps=10)
     summarizer = make_summarizer(tokenizer, engine, max_model_len=512, max_parallel_requests_per_document=2)
     summary = await summarizer.summarize(make_document(long_text(60)))
     assert summary.parts >= 5
@@ -541,7 +485,7 @@ async def test_fan_out_bound_is_per_document(tokenizer: Any) -> None:
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(both_documents_running.wait(), 5)
 
-    engine = FakeEngine(steps=10, behaviour=behaviour)
+    engine = replying_engine(steps=10, behaviour=behaviour)
     summarizer = make_summarizer(tokenizer, engine, max_model_len=512, max_parallel_requests_per_document=2)
     await asyncio.gather(
         summarizer.summarize(make_document(long_text(60), "a.txt")),
@@ -551,7 +495,7 @@ async def test_fan_out_bound_is_per_document(tokenizer: Any) -> None:
 
 
 async def test_every_prompt_starts_with_the_same_system_prefix(tokenizer: Any) -> None:
-    engine = FakeEngine()
+    engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=512)
     await summarizer.summarize(make_document(long_text(80)), SummaryOptions(style="bullets"))
     await summarizer.summarize(make_document("A short notice.", "short.txt"))

@@ -15,7 +15,7 @@ id; value: the same record as the folder's result file; headers: the input's, pl
 offset and the original value (its first ``dead_letter_payload_bytes`` and its size when larger).
 
 **Offsets.** Auto-commit is off. Documents finish out of order; per partition the committed offset
-is the lowest one not yet finished (:mod:`daemon.sources.offsets`): a result or dead letter is
+is the lowest one not yet finished (:mod:`daemon.sources.kafka.offsets`): a result or dead letter is
 acknowledged by the broker before its offset counts as finished. Commits run every
 ``commit_interval_seconds``, on rebalance (for the partitions being revoked; nothing is committed for
 them afterwards) and on stop. Delivery is at least once: a crash re-reads what was not committed.
@@ -67,7 +67,7 @@ from daemon.metrics import (
 )
 from daemon.records import Record, dead_letter, dead_letter_headers, encode_record, result_headers
 from daemon.sinks.kafka import KafkaSink, Output
-from daemon.sources.offsets import OffsetBook, PartitionOffsets
+from daemon.sources.kafka.offsets import OffsetBook, PartitionOffsets
 from daemon.work import WorkItem
 
 log = get_logger(__name__)

@@ -1,52 +1,18 @@
-"""The Kafka source: a consumer group reading documents; results and dead letters go back to Kafka.
+"""The Kafka source itself: a facade over the consumer, the offset book and the committer.
 
-**Input.** A message's value is either a JSON object ``{"id": ..., "text": ..., "options": {...}}``
-(``id`` and ``options`` optional; options as in :mod:`daemon.options`) or plain UTF-8 text whose
-document id is the message key. A value whose first non-blank byte is ``{`` is read as JSON, unless
-the ``content-type`` header says ``text/plain`` (``application/json`` forces JSON). Without an id or
-a key, the id is ``TOPIC-PARTITION-OFFSET``. The message's headers, key and coordinates go into the
-work item's metadata, so they reach the result record. A malformed message (bad JSON, no text, a
-tombstone) fails with reason ``invalid_message``; a value over ``max_message_bytes`` with
-``too_large``. Neither ever stops its partition: both become dead letters and the offset moves on.
-
-**Output.** :class:`~daemon.sinks.kafka.KafkaSink`: results to ``output_topic`` (key: the document
-id; value: the same record as the folder's result file; headers: the input's, plus ``model`` and
-``prompt_version``), failure records to ``dead_letter_topic`` with the source topic, partition and
-offset and the original value (its first ``dead_letter_payload_bytes`` and its size when larger).
-
-**Offsets.** Auto-commit is off. Documents finish out of order; per partition the committed offset
-is the lowest one not yet finished (:mod:`daemon.sources.kafka.offsets`): a result or dead letter is
-acknowledged by the broker before its offset counts as finished. Commits run every
-``commit_interval_seconds``, on rebalance (for the partitions being revoked; nothing is committed for
-them afterwards) and on stop. Delivery is at least once: a crash re-reads what was not committed.
-
-**Backpressure.** The service pulls an item only when it has room. Fetched messages wait in a local
-buffer of ``max_buffered_messages``; when it is full every assigned partition is paused, and resumed
-once there is room. The consumer keeps polling while paused, so however long a document takes it
-stays in its group (heartbeats run in aiokafka's background task; polls satisfy max.poll.interval).
-
-**Exactly once** (opt-in, ``exactly_once = true``). Outputs are not sent one by one: a finished
-document's result or dead letter is held until every earlier message of its partition is finished;
-each commit then writes the held outputs below the new commit points and those offsets in one Kafka
-transaction. A reader with ``isolation.level=read_committed`` sees each output once: a crash loses
-only uncommitted transactions, whose inputs are read again and redone. Held outputs are bounded by
-``max_pending_results`` (partitions pause when it is reached); outputs of a revoked partition that
-were not yet committable are dropped and redone by its new owner. aiokafka does not send the group
-generation with the offsets (KIP-447), so a daemon stalled past its session timeout that wakes up
-after its partitions moved is not fenced by the broker; its transactional id fences only an
-incarnation with the same id.
-
-**Lag.** ``docsumd_kafka_consumer_lag{topic,partition}``: end offset minus committed offset, per owned
-partition, refreshed every ``lag_interval_seconds``.
+It owns the consumer's lifecycle and its background tasks (fetch, commit, lag), the local buffer and
+its backpressure (pause, resume, idle pause), and the rebalance listener; it turns messages into work
+items (:mod:`~daemon.sources.kafka.messages`) and hands finished outputs to the committer chosen at
+start (:mod:`~daemon.sources.kafka.committer`), which owns every commit. See :mod:`daemon.sources.kafka`
+for what the source does as a whole.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -55,105 +21,34 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 
 from daemon.config import KafkaSourceConfig
-from daemon.errors import DocumentError, ProducerFencedError, SinkError
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
-from daemon.metrics import (
-    KAFKA_BUFFERED,
-    KAFKA_COMMITS,
-    KAFKA_LAG,
-    KAFKA_PAUSED_PARTITIONS,
-    KAFKA_PENDING_RESULTS,
-)
-from daemon.records import Record, dead_letter, dead_letter_headers, encode_record, result_headers
+from daemon.metrics import KAFKA_BUFFERED, KAFKA_LAG, KAFKA_PAUSED_PARTITIONS
+from daemon.records import Record
 from daemon.sinks.kafka import KafkaSink, Output
+from daemon.sources.kafka.committer import Committer, committer_for
+from daemon.sources.kafka.messages import (
+    ParsedMessage,
+    dead_letter_output,
+    message_metadata,
+    read_message,
+    result_output,
+)
 from daemon.sources.kafka.offsets import OffsetBook, PartitionOffsets
 from daemon.work import WorkItem
 
-log = get_logger(__name__)
+# One logger for the whole package, named as before it was one: log queries keep matching.
+log = get_logger("daemon.sources.kafka")
 
 SOURCE_NAME: Final = "kafka"
-_JSON_FIELDS: Final = frozenset({"id", "text", "options"})
-_PARSE_IN_THREAD_BYTES: Final = 256 * 1024
 _POLL_MS: Final = 50
 _PAUSED_POLL_MS: Final = 200
 
 
-@dataclass(frozen=True, slots=True)
-class ParsedMessage:
-    """What a message holds: its document id and text and options, or why it is refused."""
-
-    id: str
-    text: bytes | None = None
-    options: Any = None
-    error: DocumentError | None = None
-
-
-def _header(headers: Sequence[tuple[str, bytes]], name: str) -> str | None:
-    for key, value in headers:
-        if key.lower() == name:
-            return value.decode("utf-8", "replace").strip().lower()
-    return None
-
-
-def parse_message(
-    value: bytes | None,
-    key: bytes | None,
-    headers: Sequence[tuple[str, bytes]],
-    *,
-    coordinates: str,
-    max_message_bytes: int,
-) -> ParsedMessage:
-    """Read a message's value as a JSON document record or as plain text (see the module's doc)."""
-    fallback_id = key.decode("utf-8", "replace") if key else coordinates
-    if value is None:
-        return ParsedMessage(fallback_id, error=DocumentError("invalid_message", "the message has no value"))
-    if len(value) > max_message_bytes:
-        return ParsedMessage(
-            fallback_id,
-            error=DocumentError(
-                "too_large", f"the message is {len(value)} bytes, over the limit of {max_message_bytes}"
-            ),
-        )
-    content_type = _header(headers, "content-type") or ""
-    if content_type.startswith("application/json"):
-        as_json = True
-    elif content_type.startswith("text/"):
-        as_json = False
-    else:
-        as_json = value.lstrip()[:1] == b"{"
-    if not as_json:
-        return ParsedMessage(fallback_id, text=value)
-
-    def refuse(message: str) -> ParsedMessage:
-        return ParsedMessage(fallback_id, error=DocumentError("invalid_message", message))
-
-    try:
-        record = json.loads(value)
-    except (ValueError, RecursionError) as exc:
-        return refuse(f"the message is not valid JSON: {exc}")
-    if not isinstance(record, dict):
-        return refuse(f"the message must be a JSON object, got {type(record).__name__}")
-    unknown = sorted(set(record) - _JSON_FIELDS)
-    if unknown:
-        return refuse(f"unknown fields {unknown}: a message has id, text and options")
-    doc_id = record.get("id")
-    if doc_id is not None:
-        if isinstance(doc_id, bool) or not isinstance(doc_id, str | int) or str(doc_id) == "":
-            return refuse("id must be a non-empty string or an integer")
-        fallback_id = str(doc_id)
-    text = record.get("text")
-    if not isinstance(text, str):
-        return refuse("the message has no text: it needs a string field 'text'")
-    try:
-        data = text.encode("utf-8")
-    except UnicodeEncodeError as exc:
-        return refuse(f"text is not valid Unicode: {exc}")
-    return ParsedMessage(fallback_id, text=data, options=record.get("options"))
-
-
 @dataclass(slots=True)
 class _Entry:
+    """A message taken in: its partition, the partition's tracker at the time, the message."""
+
     partition: TopicPartition
     tracker: PartitionOffsets
     message: ConsumerRecord[bytes, bytes]
@@ -187,18 +82,14 @@ class KafkaSource(Lifecycle):
         self.sink = sink
         self.max_input_bytes = max_input_bytes
         self._consumer: AIOKafkaConsumer | None = None
+        self._committer: Committer[TopicPartition] | None = None
         self._book: OffsetBook[TopicPartition] = OffsetBook()
         self._buffer: deque[_Entry] = deque()
         self._next_fetch: dict[TopicPartition, int] = {}
         self._data = asyncio.Event()
         self._room = asyncio.Event()
-        self._commit_wanted = asyncio.Event()
-        self._commit_lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._failure: BaseException | None = None
-        # Exactly-once mode: finished outputs waiting for their transaction, per partition and offset.
-        self._held: dict[TopicPartition, dict[int, Output]] = {}
-        self._held_count = 0
         self.started = False
 
     @property
@@ -219,6 +110,31 @@ class KafkaSource(Lifecycle):
         if self.started:
             return
         await self.sink.start()
+        consumer = self._new_consumer()
+        # Chosen once: from here on the source never asks which delivery guarantee it gives. Set
+        # before the consumer starts, as the rebalance listener may run from then on.
+        committer = self._committer = committer_for(self.config, self._book, consumer, self.sink)
+        try:
+            await consumer.start()
+        except BaseException:
+            await self.sink.stop()
+            raise
+        self._consumer = consumer
+        self._failure = None
+        self.started = True
+        for name, work in (
+            ("fetch", self._fetch(consumer, committer)),
+            ("commit", self._commit_loop(committer)),
+            ("lag", self._lag_loop(consumer)),
+        ):
+            task = asyncio.create_task(work, name=f"kafka-{name}")
+            task.add_done_callback(self._task_done)
+            self._tasks.append(task)
+        log.info("kafka source started", topics=self.config.input_topics, group_id=self.config.group_id)
+
+    def _new_consumer(self) -> AIOKafkaConsumer:
+        """A consumer of the input topics, subscribed (with our rebalance listener), not started.
+        Auto-commit is off (the committer commits); reads see only committed transactions."""
         config = self.config
         consumer = AIOKafkaConsumer(
             **config.client_options(),
@@ -233,19 +149,7 @@ class KafkaSource(Lifecycle):
         consumer.subscribe(
             topics=config.input_topics, listener=_Rebalance(self._on_revoked, self._on_assigned)
         )
-        try:
-            await consumer.start()
-        except BaseException:
-            await self.sink.stop()
-            raise
-        self._consumer = consumer
-        self._failure = None
-        self.started = True
-        for name, work in (("fetch", self._fetch), ("commit", self._commit_loop), ("lag", self._lag_loop)):
-            task = asyncio.create_task(work(), name=f"kafka-{name}")
-            task.add_done_callback(self._task_done)
-            self._tasks.append(task)
-        log.info("kafka source started", topics=config.input_topics, group_id=config.group_id)
+        return consumer
 
     async def stop(self) -> None:
         """Stop fetching, commit what is finished, leave the group, flush and stop the producer."""
@@ -258,13 +162,14 @@ class KafkaSource(Lifecycle):
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         consumer, self._consumer = self._consumer, None
+        committer = self._committer
         try:
-            if consumer is not None:
+            if consumer is not None and committer is not None:
                 with contextlib.suppress(Exception):
-                    await self._commit(consumer, self._book.to_commit(), why="stop")
+                    await committer.commit(why="stop")
                 self._book.revoke_all()
                 self._buffer.clear()
-                self._drop_held(list(self._held), why="stop")
+                committer.drop(why="stop")
                 await consumer.stop()
         finally:
             await self.sink.stop()
@@ -296,25 +201,12 @@ class KafkaSource(Lifecycle):
             entry = self._buffer.popleft()
             KAFKA_BUFFERED.set(len(self._buffer))
             self._room.set()
-            message = entry.message
-            coordinates = f"{message.topic}-{message.partition}-{message.offset}"
-            args = (message.value, message.key, list(message.headers))
-            kwargs: dict[str, Any] = {
-                "coordinates": coordinates,
-                "max_message_bytes": self.config.max_message_bytes,
-            }
-            size = len(message.value or b"")
-            if _PARSE_IN_THREAD_BYTES < size <= self.config.max_message_bytes:
-                parsed = await asyncio.to_thread(parse_message, *args, **kwargs)
-            else:
-                parsed = parse_message(*args, **kwargs)
+            parsed = await read_message(entry.message, max_message_bytes=self.config.max_message_bytes)
             if entry.tracker.revoked:
                 continue  # the partition was taken away meanwhile; its new owner reads it again
             yield self._work_item(entry, parsed)
 
     def _work_item(self, entry: _Entry, parsed: ParsedMessage) -> WorkItem:
-        message = entry.message
-
         async def load() -> bytes:
             if parsed.error is not None:
                 raise parsed.error
@@ -330,103 +222,41 @@ class KafkaSource(Lifecycle):
             load=load,
             on_complete=lambda record: self._complete(entry, parsed.id, record),
             on_fail=lambda record: self._fail(entry, parsed.id, record),
-            metadata={
-                "topic": message.topic,
-                "partition": message.partition,
-                "offset": message.offset,
-                "timestamp_ms": message.timestamp,
-                "key": None if message.key is None else message.key.decode("utf-8", "replace"),
-                "headers": {key: value.decode("utf-8", "replace") for key, value in message.headers},
-            },
+            metadata=message_metadata(entry.message),
             load_options=load_options,
         )
 
-    # -- acknowledgement -------------------------------------------------------------------------
+    # -- acknowledgement: the committer writes or holds the output, then the offset is finished ---
 
     async def _complete(self, entry: _Entry, doc_id: str, record: Record) -> None:
-        headers = result_headers(entry.message.headers, record)
-        if self.config.exactly_once:
-            self._hold(entry, Output(self.config.output_topic, doc_id, encode_record(record), headers))
-            return
-        await self.sink.write_result(doc_id, record, headers)
-        self._finished(entry)
+        output = result_output(entry.message, doc_id, record, topic=self.config.output_topic)
+        await self._deliver(entry, output)
 
     async def _fail(self, entry: _Entry, doc_id: str, record: Record) -> None:
-        message = entry.message
-        letter = dead_letter(
+        output = dead_letter_output(
+            entry.message,
+            doc_id,
             record,
-            topic=message.topic,
-            partition=message.partition,
-            offset=message.offset,
-            value=message.value,
+            topic=self.config.dead_letter_topic,
             payload_bytes=self.config.dead_letter_payload_bytes,
         )
-        headers = dead_letter_headers(message.headers, record)
-        if self.config.exactly_once:
-            self._hold(entry, Output(self.config.dead_letter_topic, doc_id, encode_record(letter), headers))
-            return
-        await self.sink.write_failure(doc_id, letter, headers)
-        self._finished(entry)
+        await self._deliver(entry, output)
 
-    def _hold(self, entry: _Entry, output: Output) -> None:
-        """Exactly-once mode: keep ``output`` for the transaction that commits its offset."""
-        if entry.tracker.revoked:
-            return  # the partition moved on; its new owner redoes this message
-        self._held.setdefault(entry.partition, {})[entry.message.offset] = output
-        self._held_count += 1
-        KAFKA_PENDING_RESULTS.set(self._held_count)
-        self._finished(entry)
-
-    def _held_below(self, offsets: dict[TopicPartition, int]) -> list[tuple[TopicPartition, int]]:
-        """The held outputs that the commit of ``offsets`` covers, as (partition, offset), in order."""
-        covered = []
-        for partition, point in offsets.items():
-            held = self._held.get(partition, {})
-            covered += [(partition, offset) for offset in sorted(held) if offset < point]
-        return covered
-
-    def _release(self, covered: list[tuple[TopicPartition, int]]) -> None:
-        for partition, offset in covered:
-            del self._held[partition][offset]
-        self._held_count -= len(covered)
-        KAFKA_PENDING_RESULTS.set(self._held_count)
-
-    def _drop_held(self, partitions: list[TopicPartition], *, why: str) -> None:
-        dropped = sum(len(self._held.pop(partition, {})) for partition in partitions)
-        if dropped:
-            self._held_count -= dropped
-            KAFKA_PENDING_RESULTS.set(self._held_count)
-            log.info(
-                "finished outputs dropped: an earlier message of their partition was not finished; "
-                "they are redone from the committed offset",
-                count=dropped,
-                why=why,
-            )
-
-    def _finished(self, entry: _Entry) -> None:
-        entry.tracker.finish(entry.message.offset)  # ignored if the partition was revoked meanwhile
-        self._commit_wanted.set()
+    async def _deliver(self, entry: _Entry, output: Output) -> None:
+        committer = self._committer
+        assert committer is not None  # items exist only once started
+        await committer.deliver(entry.partition, entry.tracker, entry.message.offset, output)
 
     # -- fetching --------------------------------------------------------------------------------
 
-    async def _fetch(self) -> None:
+    async def _fetch(self, consumer: AIOKafkaConsumer, committer: Committer[TopicPartition]) -> None:
         """Fill the local buffer; pause every partition while it is full, keep polling regardless."""
-        consumer = self._consumer
-        assert consumer is not None
-        capacity = self.config.max_buffered_messages
         while True:
-            room = capacity - len(self._buffer)
-            if self._held_count >= self.config.max_pending_results:
-                room = 0  # exactly-once: outputs wait for an earlier message; take no more for now
+            room = self.config.max_buffered_messages - len(self._buffer)
+            if committer.pause_needed:
+                room = 0  # outputs wait for an earlier message; take no more for now
             assigned = consumer.assignment()
-            paused = consumer.paused()
-            if room <= 0:
-                if assigned - paused:
-                    consumer.pause(*(assigned - paused))
-                    log.debug("local buffer full: partitions paused", buffered=len(self._buffer))
-            elif paused:
-                consumer.resume(*paused)
-            KAFKA_PAUSED_PARTITIONS.set(len(consumer.paused()))
+            self._pause_or_resume(consumer, assigned, room)
             self._room.clear()
             batches = await consumer.getmany(
                 timeout_ms=_PAUSED_POLL_MS if room <= 0 else _POLL_MS, max_records=max(room, 1)
@@ -434,25 +264,38 @@ class KafkaSource(Lifecycle):
             if not batches and room > 0 and assigned:
                 await self._idle_pause(consumer)
             for partition, messages in batches.items():
-                if not messages:
-                    continue
-                tracker = self._book.tracker(partition)
-                for message in messages:
-                    try:
-                        tracker.add(message.offset)
-                    except ValueError:
-                        log.warning(
-                            "skipping a message fetched twice", topic=message.topic, offset=message.offset
-                        )
-                        continue
-                    self._buffer.append(_Entry(partition, tracker, message))
-                self._next_fetch[partition] = messages[-1].offset + 1
+                self._take_in(partition, messages)
             if batches:
                 KAFKA_BUFFERED.set(len(self._buffer))
                 self._data.set()
             elif room <= 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._room.wait(), _PAUSED_POLL_MS / 1000)
+
+    def _pause_or_resume(self, consumer: AIOKafkaConsumer, assigned: set[TopicPartition], room: int) -> None:
+        """No room: pause every assigned partition (polls go on, so the group keeps us). Room: resume."""
+        paused = consumer.paused()
+        if room <= 0:
+            if assigned - paused:
+                consumer.pause(*(assigned - paused))
+                log.debug("local buffer full: partitions paused", buffered=len(self._buffer))
+        elif paused:
+            consumer.resume(*paused)
+        KAFKA_PAUSED_PARTITIONS.set(len(consumer.paused()))
+
+    def _take_in(self, partition: TopicPartition, messages: list[ConsumerRecord[bytes, bytes]]) -> None:
+        """Buffer fetched ``messages`` of ``partition`` and register their offsets with the book."""
+        if not messages:
+            return
+        tracker = self._book.tracker(partition)
+        for message in messages:
+            try:
+                tracker.add(message.offset)
+            except ValueError:
+                log.warning("skipping a message fetched twice", topic=message.topic, offset=message.offset)
+                continue
+            self._buffer.append(_Entry(partition, tracker, message))
+        self._next_fetch[partition] = messages[-1].offset + 1
 
     async def _idle_pause(self, consumer: AIOKafkaConsumer) -> None:
         """Nothing came in: stop fetching for ``idle_pause_ms``. aiokafka keeps a fetch request in
@@ -475,96 +318,24 @@ class KafkaSource(Lifecycle):
 
     # -- commits and rebalances --------------------------------------------------------------------
 
-    async def _commit_loop(self) -> None:
-        consumer = self._consumer
-        assert consumer is not None
+    async def _commit_loop(self, committer: Committer[TopicPartition]) -> None:
+        """Commit when something finished, at most every ``commit_interval_seconds``."""
         while True:
-            await self._commit_wanted.wait()
-            self._commit_wanted.clear()
-            await self._commit(consumer, None, why="periodic")
+            await committer.wanted.wait()
+            committer.wanted.clear()
+            await committer.commit(why="periodic")
             await asyncio.sleep(self.config.commit_interval_seconds)
 
-    async def _commit(
-        self, consumer: AIOKafkaConsumer, offsets: dict[TopicPartition, int] | None, *, why: str
-    ) -> None:
-        """Commit ``offsets`` (default: every owned partition's new commit point). A failed commit is
-        retried with the next one; what it covered is at worst read again (at least once)."""
-        async with self._commit_lock:
-            if offsets is None:
-                offsets = self._book.to_commit()
-            if not offsets:
-                return
-            if self.config.exactly_once:
-                if await self._commit_transaction(offsets, why=why):
-                    self._book.mark_committed(offsets)
-                return
-            try:
-                await consumer.commit(offsets)
-            except KafkaError as exc:
-                KAFKA_COMMITS.labels(outcome="failed").inc()
-                log.warning("offset commit failed; retrying later", why=why, error=repr(exc))
-                self._commit_wanted.set()
-                return
-            KAFKA_COMMITS.labels(outcome="ok").inc()
-            self._book.mark_committed(offsets)
-            log.debug(
-                "offsets committed",
-                why=why,
-                offsets={f"{tp.topic}-{tp.partition}": o for tp, o in offsets.items()},
-            )
-
-    async def _commit_transaction(self, offsets: dict[TopicPartition, int], *, why: str) -> bool:
-        """Exactly-once mode: write the held outputs below ``offsets`` and the offsets in one
-        transaction. Call with the commit lock held. False if it failed (aborted: retried later)."""
-        covered = self._held_below(offsets)
-        outputs = [self._held[partition][offset] for partition, offset in covered]
-        try:
-            await self.sink.write_transaction(outputs, offsets, self.config.group_id)
-        except ProducerFencedError:
-            KAFKA_COMMITS.labels(outcome="failed").inc()
-            raise
-        except SinkError as exc:
-            KAFKA_COMMITS.labels(outcome="failed").inc()
-            log.warning("transaction failed and aborted; retrying later", why=why, error=str(exc))
-            self._commit_wanted.set()
-            return False
-        KAFKA_COMMITS.labels(outcome="ok").inc()
-        self._release(covered)
-        log.debug(
-            "transaction committed",
-            why=why,
-            outputs=len(outputs),
-            offsets={f"{tp.topic}-{tp.partition}": o for tp, o in offsets.items()},
-        )
-        return True
-
     async def _on_revoked(self, revoked: set[TopicPartition]) -> None:
-        consumer = self._consumer
-        async with self._commit_lock:
-            last = self._book.revoke(revoked)
-            if self.config.exactly_once:
-                # One producer, one transaction at a time: the last one for these partitions runs
-                # under the lock. Whatever it does not cover is dropped and redone by the new owner.
-                if last:
-                    with contextlib.suppress(SinkError):
-                        await self._commit_transaction(last, why="revoke")
-                self._drop_held(list(revoked), why="revoke")
-                last = {}
+        committer = self._committer
+        assert committer is not None  # set before the consumer that calls this starts
+        await committer.revoke(revoked)
         self._buffer = deque(entry for entry in self._buffer if entry.partition not in revoked)
         KAFKA_BUFFERED.set(len(self._buffer))
         for partition in revoked:
             self._next_fetch.pop(partition, None)
             with contextlib.suppress(KeyError):
                 KAFKA_LAG.remove(partition.topic, str(partition.partition))
-        if last and consumer is not None:
-            # The lock is released: the book no longer has these partitions, so no later commit can
-            # include them; this is their last commit from this consumer.
-            try:
-                await consumer.commit(last)
-                KAFKA_COMMITS.labels(outcome="ok").inc()
-            except KafkaError as exc:
-                KAFKA_COMMITS.labels(outcome="failed").inc()
-                log.warning("commit of revoked partitions failed; they will be read again", error=repr(exc))
         if revoked:
             log.info("partitions revoked", partitions=sorted(f"{tp.topic}-{tp.partition}" for tp in revoked))
 
@@ -574,9 +345,7 @@ class KafkaSource(Lifecycle):
 
     # -- lag ---------------------------------------------------------------------------------------
 
-    async def _lag_loop(self) -> None:
-        consumer = self._consumer
-        assert consumer is not None
+    async def _lag_loop(self, consumer: AIOKafkaConsumer) -> None:
         while True:
             try:
                 await self._update_lag(consumer)

@@ -7,11 +7,12 @@ source marks the input's offset finished. A write that fails is retried for up t
 (see :func:`send_failure_remedy`); then, or at once when no retry can help, it raises
 :class:`~daemon.errors.SinkError` (fatal: nothing may be acknowledged unwritten).
 
-In exactly-once mode (``exactly_once = true``) the producer is transactional instead: the source
-collects finished outputs and calls :meth:`KafkaSink.write_transaction`, which writes them and the
-consumed offsets in one transaction (``send_offsets_to_transaction``). Readers with
-``isolation.level=read_committed`` see each committed output once; an aborted or unfinished
-transaction (a crash) is invisible to them, and its inputs are read again from the committed offsets.
+In exactly-once mode (``exactly_once = true``) the producer is transactional instead: the source's
+transactional committer (:mod:`daemon.sources.kafka.committer`) holds finished outputs and calls
+:meth:`KafkaSink.write_transaction`, which writes them and the consumed offsets in one transaction
+(``send_offsets_to_transaction``). Readers with ``isolation.level=read_committed`` see each committed
+output once; an aborted or unfinished transaction (a crash) is invisible to them, and its inputs are
+read again from the committed offsets.
 """
 
 from __future__ import annotations

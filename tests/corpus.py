@@ -23,3 +23,8 @@ BAD_CORPUS_DECODABLE = {
     "utf16_bom.txt": {"utf-16-le", "utf-16-be"},
     "one_giant_line.txt": {"utf-8"},
 }
+
+
+def corpus_text(corpus: Path, name: str) -> bytes:
+    """The bytes of the corpus document ``docs/NAME``."""
+    return (corpus / "docs" / name).read_bytes()

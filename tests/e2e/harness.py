@@ -19,12 +19,17 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tests.corpus import CORPUS_DIR
 
+if TYPE_CHECKING:
+    from tests.kafka_broker import KafkaBroker, Topics
+
 REPO = Path(__file__).resolve().parents[2]
 CORPUS = CORPUS_DIR
+MAX_KAFKA_MESSAGE_BYTES = 300_000
+"""The Kafka tests' message limit: small enough that an oversized message is cheap to make."""
 
 
 def free_port() -> int:
@@ -261,3 +266,23 @@ class DaemonProcess:
                 except json.JSONDecodeError:
                     continue
         return events
+
+
+def configure_kafka(layout: Layout, broker: KafkaBroker, topics: Topics, **extra: str) -> None:
+    """Write ``layout``'s config with a Kafka source on ``broker``'s ``topics``: fast commits and lag
+    updates, a short session, and messages up to :data:`MAX_KAFKA_MESSAGE_BYTES`; ``extra`` keys win."""
+    layout.write_config(
+        **{
+            "sources.kafka.bootstrap_servers": json.dumps(broker.bootstrap),
+            "sources.kafka.input_topics": json.dumps([topics.input]),
+            "sources.kafka.group_id": json.dumps(topics.group),
+            "sources.kafka.output_topic": json.dumps(topics.output),
+            "sources.kafka.dead_letter_topic": json.dumps(topics.dead),
+            "sources.kafka.max_message_bytes": str(MAX_KAFKA_MESSAGE_BYTES),
+            "sources.kafka.commit_interval_seconds": "0.2",
+            "sources.kafka.lag_interval_seconds": "1",
+            "sources.kafka.session_timeout_ms": "6000",
+            "sources.kafka.heartbeat_interval_ms": "1000",
+            **extra,
+        }
+    )

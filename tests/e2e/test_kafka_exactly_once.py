@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import DaemonProcess, Layout, wait_for
-from tests.e2e.test_kafka_pipeline import _configure, _text
+from tests.corpus import corpus_text
+from tests.e2e.harness import DaemonProcess, Layout, configure_kafka, wait_for
 from tests.kafka_broker import KafkaBroker, Message, Topics, all_committed, create_topics, produce, read_all
 
 pytestmark = [pytest.mark.engine, pytest.mark.kafka]
@@ -41,10 +41,10 @@ def test_exactly_once_survives_kill_9_with_each_result_seen_once(
     asyncio.run(create_topics(kafka_broker.bootstrap, [topics.input], partitions=2))
     asyncio.run(create_topics(kafka_broker.bootstrap, [topics.output, topics.dead]))
     names = sorted(p.name for p in (corpus / "docs").iterdir() if p.stat().st_size < 12_000)[:10]
-    messages: list[Message] = [(name.encode(), _text(corpus, name), []) for name in names]
+    messages: list[Message] = [(name.encode(), corpus_text(corpus, name), []) for name in names]
     messages.append((b"broken", b'{"id": "broken", "text": ', []))  # one dead letter, also exactly once
     asyncio.run(produce(kafka_broker.bootstrap, topics.input, messages))
-    _configure(
+    configure_kafka(
         layout,
         kafka_broker,
         topics,

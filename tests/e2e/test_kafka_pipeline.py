@@ -15,7 +15,15 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
+from tests.corpus import corpus_text
+from tests.e2e.harness import (
+    MAX_KAFKA_MESSAGE_BYTES,
+    DaemonProcess,
+    Layout,
+    configure_kafka,
+    drop_file,
+    wait_for,
+)
 from tests.kafka_broker import (
     KafkaBroker,
     Topics,
@@ -28,33 +36,9 @@ from tests.kafka_broker import (
 
 pytestmark = [pytest.mark.engine, pytest.mark.kafka]
 
-MAX_MESSAGE_BYTES = 300_000
-
-
-def _configure(layout: Layout, broker: KafkaBroker, topics: Topics, **extra: str) -> None:
-    layout.write_config(
-        **{
-            "sources.kafka.bootstrap_servers": json.dumps(broker.bootstrap),
-            "sources.kafka.input_topics": json.dumps([topics.input]),
-            "sources.kafka.group_id": json.dumps(topics.group),
-            "sources.kafka.output_topic": json.dumps(topics.output),
-            "sources.kafka.dead_letter_topic": json.dumps(topics.dead),
-            "sources.kafka.max_message_bytes": str(MAX_MESSAGE_BYTES),
-            "sources.kafka.commit_interval_seconds": "0.2",
-            "sources.kafka.lag_interval_seconds": "1",
-            "sources.kafka.session_timeout_ms": "6000",
-            "sources.kafka.heartbeat_interval_ms": "1000",
-            **extra,
-        }
-    )
-
 
 def _records(broker: KafkaBroker, topic: str) -> list[Any]:
     return asyncio.run(read_all(broker.bootstrap, topic))
-
-
-def _text(corpus: Path, name: str) -> bytes:
-    return (corpus / "docs" / name).read_bytes()
 
 
 def test_kafka_end_to_end(
@@ -63,7 +47,7 @@ def test_kafka_end_to_end(
     topics = Topics()
     asyncio.run(create_topics(kafka_broker.bootstrap, [topics.input], partitions=2))
     asyncio.run(create_topics(kafka_broker.bootstrap, [topics.output, topics.dead]))
-    apache = _text(corpus, "legal-common-apache-2.0.txt").decode()
+    apache = corpus_text(corpus, "legal-common-apache-2.0.txt").decode()
     good: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = [
         (
             b"apache",
@@ -72,12 +56,12 @@ def test_kafka_end_to_end(
             ).encode(),
             [("trace-id", b"t-123")],
         ),
-        (b"debian", _text(corpus, "legal-debian-social-contract.txt"), []),
-        (b"w99", _text(corpus, "paper-aclsum-w99-0615.txt"), [("content-type", b"text/plain")]),
-        (b"cc0", json.dumps({"text": _text(corpus, "legal-cal-cc0-1.0.txt").decode()}).encode(), []),
+        (b"debian", corpus_text(corpus, "legal-debian-social-contract.txt"), []),
+        (b"w99", corpus_text(corpus, "paper-aclsum-w99-0615.txt"), [("content-type", b"text/plain")]),
+        (b"cc0", json.dumps({"text": corpus_text(corpus, "legal-cal-cc0-1.0.txt").decode()}).encode(), []),
     ]
     malformed = b'{"id": "broken", "text": "no end'
-    oversized = b"word " * (MAX_MESSAGE_BYTES // 5 + 1000)
+    oversized = b"word " * (MAX_KAFKA_MESSAGE_BYTES // 5 + 1000)
     bad: list[tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]] = [
         (b"broken", malformed, []),
         (b"oversized", oversized, []),
@@ -96,12 +80,12 @@ def test_kafka_end_to_end(
     }
     # Half before the start, half while it runs; both partitions get some of each.
     asyncio.run(produce(kafka_broker.bootstrap, topics.input, good[:2] + bad[:2]))
-    _configure(layout, kafka_broker, topics)
+    configure_kafka(layout, kafka_broker, topics)
     daemon = start_daemon()
     daemon.wait_ready()
     asyncio.run(produce(kafka_broker.bootstrap, topics.input, good[2:] + bad[2:]))
     # The folder source runs beside it, on the same engine.
-    drop_file(layout.inbox, "folder-doc.txt", _text(corpus, "legal-cal-ms-rl.txt"))
+    drop_file(layout.inbox, "folder-doc.txt", corpus_text(corpus, "legal-cal-ms-rl.txt"))
 
     def finished() -> bool:
         return len(_records(kafka_broker, topics.output)) >= len(good) and len(
@@ -179,11 +163,13 @@ def test_kafka_restart_mid_stream_loses_nothing(
     assert len(names) >= 6
     asyncio.run(
         produce(
-            kafka_broker.bootstrap, topics.input, [(name.encode(), _text(corpus, name), []) for name in names]
+            kafka_broker.bootstrap,
+            topics.input,
+            [(name.encode(), corpus_text(corpus, name), []) for name in names],
         )
     )
     # Two documents at a time, and no drain: a stop aborts what is in flight (left unacknowledged).
-    _configure(
+    configure_kafka(
         layout, kafka_broker, topics, **{"service.max_inflight_documents": "2", "service.drain_seconds": "0"}
     )
     first = start_daemon()

@@ -49,6 +49,12 @@ def _create_hidden(path: Path) -> tuple[int, str]:
 def move_durably(source: Path, target: Path) -> None:
     """Rename ``source`` to ``target`` and make the rename durable in both folders."""
     os.replace(source, target)
+    sync_move(source, target)
+
+
+def sync_move(source: Path, target: Path) -> None:
+    """Make a rename of ``source`` to ``target`` durable: sync both folders. Safe to repeat (the rename
+    itself opens nothing, so only this part can run out of file descriptors)."""
     fsync_dir(target.parent)
     fsync_dir(source.parent)
 

@@ -43,7 +43,9 @@ def test_write_atomic_honours_the_umask(tmp_path: Path, mask: int, mode: int) ->
     assert os.listdir(tmp_path) == [path.name]
 
 
-def test_write_atomic_never_follows_a_planted_temp_name(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_write_atomic_never_follows_a_planted_temp_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The temporary file is created exclusively: a name already taken (even a link) is skipped."""
     names = iter(["aaaaaaaaaaaa", "bbbbbbbbbbbb"])
     monkeypatch.setattr("daemon.durable.secrets.token_hex", lambda _n: next(names))

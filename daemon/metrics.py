@@ -44,7 +44,7 @@ SUMMARY_TOKENS = Counter(
     "docsumd_summary_tokens", "Tokens generated for summarized documents: part, combine and final summaries."
 )
 TRUNCATED = Counter("docsumd_truncated_documents", "Documents whose summary did not read the whole text.")
-ENGINE_UP = Gauge("docsumd_engine_up", "1 while the vLLM engine is running, else 0.")
+ENGINE_UP = Gauge("docsumd_engine_up", "1 while the vLLM engine is running, else 0 (read at each scrape).")
 ENGINE_STARTING = Gauge(
     "docsumd_engine_starting", "1 while the vLLM engine is being built and warmed up (engine_up is 0 then)."
 )

@@ -163,7 +163,8 @@ class Engine(Lifecycle):
             raise EngineDeadError("this engine was stopped; build a new Engine to start again")
         _check_model_path(self.config.model)
         # Read when scraped: 0 from the moment vLLM knows its engine is dead, not only once the
-        # service has noticed (up to its watch interval later) and while it shuts down.
+        # service has noticed (up to its watch interval later). This supersedes the service's
+        # ENGINE_UP.set() calls for the vLLM engine (they remain for other EngineClients).
         ENGINE_UP.set_function(lambda: 1.0 if self.is_running else 0.0)
         started = time.monotonic()
         log.info("engine starting", model=self.config.model, max_model_len=self.config.max_model_len)

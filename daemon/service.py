@@ -31,6 +31,7 @@ from daemon.errors import DocumentError, EngineDeadError, FatalError, SinkError
 from daemon.logging import get_logger
 from daemon.metrics import (
     ENGINE_STARTING,
+    ENGINE_UP,
     INFLIGHT,
     QUEUED,
     READY,
@@ -220,6 +221,7 @@ class Service:
             await start
         except EngineDeadError as exc:
             raise FatalError(str(exc)) from exc
+        ENGINE_UP.set(1)
         tokenizer = await asyncio.to_thread(load_tokenizer, self.config.engine)
         self.admission = self._build_admission()
         self._summarizer = Summarizer(
@@ -262,6 +264,7 @@ class Service:
         for source in self.sources:
             await source.stop()
         await self.engine.stop()
+        ENGINE_UP.set(0)
         if self.metrics is not None:
             await self.metrics.stop()
         elapsed = time.monotonic() - self.stats.started_at
@@ -303,6 +306,7 @@ class Service:
             log.error(
                 "fatal error: stopping intake, leaving unfinished inputs unacknowledged", error=str(exc)
             )
+        ENGINE_UP.set(1 if self.engine.is_running else 0)
         # Nothing more may be acknowledged: cancel in-flight work now instead of draining it.
         for task in self._inflight:
             task.cancel()

@@ -5,22 +5,12 @@
 #   - the Grafana dashboard: valid JSON, every panel titled, described and queried, unique panel ids,
 #     no overlapping panels, every PromQL expression parseable (promtool), the provisioning files
 #     consistent with it.
-# Installs promtool (Debian package "prometheus") when it is missing. Needs no running service.
+# Installs promtool (Debian package "prometheus", scripts/install-prometheus.sh) when it is missing.
+# Needs no running service.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v promtool >/dev/null 2>&1; then
-    echo "== installing promtool (apt package prometheus)"
-    sudo=()
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo=(sudo)
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    if ! "${sudo[@]}" apt-get install -y --no-install-recommends prometheus; then
-        "${sudo[@]}" apt-get update
-        "${sudo[@]}" apt-get install -y --no-install-recommends prometheus
-    fi
-fi
+bash scripts/install-prometheus.sh
 
 echo "== promtool check config"
 promtool check config deploy/prometheus/prometheus.yml

@@ -23,7 +23,6 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 import hashlib
 import os
@@ -32,6 +31,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from daemon.errors import DocumentError
+from daemon.fd_exhaustion import is_fd_exhaustion, retry_on_fd_exhaustion
 
 # Byte-order marks, longest first (the UTF-32 LE BOM starts with the UTF-16 LE one).
 _BOMS: Final = (
@@ -93,8 +93,11 @@ def check_size(size_bytes: int, max_input_bytes: int) -> None:
 
 
 async def read_input_file(path: Path, max_input_bytes: int) -> bytes:
-    """Read a file's bytes, refusing one over the limit before reading it into memory."""
-    return await asyncio.to_thread(_read_input_file, path, max_input_bytes)
+    """Read a file's bytes, refusing one over the limit before reading it into memory. Out of file
+    descriptors, it waits and tries again (:mod:`daemon.fd_exhaustion`): that is not the input's fault."""
+    return await retry_on_fd_exhaustion(
+        lambda: _read_input_file(path, max_input_bytes), where="reading an input"
+    )
 
 
 def _read_input_file(path: Path, max_input_bytes: int) -> bytes:
@@ -104,6 +107,8 @@ def _read_input_file(path: Path, max_input_bytes: int) -> bytes:
             # Read at most one byte past the limit: a file that grew since the check is still refused.
             data = stream.read(max_input_bytes + 1)
     except OSError as exc:
+        if is_fd_exhaustion(exc):
+            raise  # retried by the caller, never the document's failure
         raise DocumentError("unreadable", f"cannot read the input: {exc.strerror or exc}") from exc
     check_size(len(data), max_input_bytes)
     return data

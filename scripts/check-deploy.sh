@@ -5,22 +5,12 @@
 #   - the Grafana dashboard: valid JSON, every panel titled, described and queried, unique panel ids,
 #     no overlapping panels, every PromQL expression parseable (promtool), the provisioning files
 #     consistent with it.
-# Installs promtool (Debian package "prometheus") when it is missing. Needs no running service.
+# Installs promtool (Debian package "prometheus", scripts/install-prometheus.sh) when it is missing.
+# Needs no running service.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v promtool >/dev/null 2>&1; then
-    echo "== installing promtool (apt package prometheus)"
-    sudo=()
-    if [ "$(id -u)" -ne 0 ]; then
-        sudo=(sudo)
-    fi
-    export DEBIAN_FRONTEND=noninteractive
-    if ! "${sudo[@]}" apt-get install -y --no-install-recommends prometheus; then
-        "${sudo[@]}" apt-get update
-        "${sudo[@]}" apt-get install -y --no-install-recommends prometheus
-    fi
-fi
+bash scripts/install-prometheus.sh
 
 echo "== promtool check config"
 promtool check config deploy/prometheus/prometheus.yml
@@ -147,7 +137,8 @@ promtool check rules "$exprs"
 
 echo "== compose file (no container runtime here: structure and mounted files only)"
 "$python" - <<'EOF'
-"""deploy/compose/docker-compose.yml parses, has the four services, and every file it mounts exists."""
+"""deploy/compose/docker-compose.yml parses, has the four services, every file it mounts exists, every
+published port binds to 127.0.0.1, and Grafana's admin password is a required variable (no default)."""
 
 import sys
 from pathlib import Path
@@ -167,10 +158,18 @@ for name, service in services.items():
         if source.startswith(".") and not source.endswith("/data"):
             if not (COMPOSE.parent / source).exists():
                 errors.append(f"{COMPOSE}: service {name} mounts {source}, which does not exist")
+    # Safe defaults: a published port binds to loopback only (HOST_IP:HOST_PORT:CONTAINER_PORT).
+    for port in service.get("ports", []):
+        if not str(port).startswith("127.0.0.1:"):
+            errors.append(f"{COMPOSE}: service {name} publishes {port!r} beyond 127.0.0.1")
+grafana_env = services.get("grafana", {}).get("environment", {})
+password = str(grafana_env.get("GF_SECURITY_ADMIN_PASSWORD", ""))
+if not password.startswith("${") or ":?" not in password:
+    errors.append(f"{COMPOSE}: Grafana's admin password must come from a required variable (${{VAR:?...}})")
 if errors:
     print("\n".join(f"  FAILED: {e}" for e in errors))
     sys.exit(1)
-print(f"  SUCCESS: {COMPOSE}: services {sorted(services)}, mounted files present")
+print(f"  SUCCESS: {COMPOSE}: services {sorted(services)}, mounted files present, ports on loopback only")
 EOF
 promtool check config --syntax-only deploy/compose/prometheus.yml  # its rule file is mounted at run time
 

@@ -7,7 +7,9 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
 =================  ==========================================================================
 ``empty``          zero bytes
 ``whitespace_only`` nothing but whitespace (including no-break spaces) after decoding
-``too_large``      over ``limits.max_input_bytes`` (Kafka: ``max_message_bytes``)
+``too_large``      over ``limits.max_input_bytes`` (Kafka: a value over ``max_message_bytes``, a
+                   key or ``id`` over ``max_key_bytes``, headers over ``max_header_bytes``, or a
+                   result that would not fit ``max_request_bytes``)
 ``binary``         not text: compressed or other binary formats, random bytes
 ``invalid_utf8``   text that is not valid UTF-8 (e.g. Latin-1) and carries no UTF-16/32 BOM
 ``invalid_encoding`` starts with a UTF-16/32 byte-order mark but does not decode as that encoding
@@ -17,7 +19,9 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
 ``too_long``       needs more than ``summary.max_parts`` parts (set by the summarizer)
 ``invalid_options`` the document's own options (sidecar, message fields) are not valid
 ``internal_error`` a bug met on this document (logged with its traceback)
-``invalid_message`` a Kafka message that is not a document (bad JSON, no text, no value)
+``invalid_message`` a Kafka message that is not a document (bad JSON or JSON nested too deeply
+                   to parse, no text, no value, a header whose value is null, an ``id`` or
+                   ``text`` holding a lone surrogate)
 =================  ==========================================================================
 """
 

@@ -93,6 +93,19 @@ KAFKA_PENDING_RESULTS = Gauge(
     "docsumd_kafka_pending_results",
     "Exactly-once mode: finished results held until every earlier message of their partition is finished.",
 )
+KAFKA_BUFFERED_BYTES = Gauge(
+    "docsumd_kafka_buffered_bytes",
+    "Bytes (keys, values, headers) of the messages fetched and not yet taken in.",
+)
+KAFKA_REFUSED_RECORDS = Counter(
+    "docsumd_kafka_refused_records",
+    "Results and dead letters the broker refused as too large, by what was written instead "
+    "(reduced_dead_letter, or nothing: the message's offset was committed without an output).",
+    ["written_instead"],
+)
+INFLIGHT_BYTES = Gauge(
+    "docsumd_inflight_bytes", "Input bytes of the documents read and in progress (limits.max_inflight_bytes)."
+)
 READY = Gauge("docsumd_ready", "1 once the engine is warm and the sources run, 0 while starting or draining.")
 
 

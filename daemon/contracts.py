@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from daemon.records import Record
 from daemon.work import WorkItem
@@ -51,6 +51,17 @@ class Source(Protocol):
 
     def items(self) -> AsyncIterator[WorkItem]:
         """Work items, one per input, pulled one at a time; ends only for finite sources."""
+        ...
+
+
+@runtime_checkable
+class ReleasingSource(Protocol):
+    """A source that can tell a clean stop from a crash (the folder source's crash-loop guard counts
+    the unclean exits an input was in flight at). The service calls :meth:`release_unsettled` after a
+    drain that was not cut short by a fatal error, before ``stop()``."""
+
+    async def release_unsettled(self) -> None:
+        """Give inputs handed out and not settled back to where they wait (not counted as a crash)."""
         ...
 
 

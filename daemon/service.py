@@ -23,7 +23,7 @@ from typing import Any
 
 from daemon.admission import admission_for_engine
 from daemon.config import Config
-from daemon.contracts import EngineClient, Source
+from daemon.contracts import EngineClient, ReleasingSource, Source
 from daemon.engine import Engine, load_tokenizer
 from daemon.errors import EngineDeadError, FatalError
 from daemon.factory import build_sources
@@ -91,6 +91,7 @@ class Service:
         self._inflight: set[asyncio.Task[None]] = set()
         self._fatal: BaseException | None = None
         self._ready = False
+        self._drained = False  # stopped cleanly: drained with no fatal error
 
     # -- health ----------------------------------------------------------------------------------
 
@@ -154,6 +155,7 @@ class Service:
                 for task in (*pumps, watchdog, status):
                     task.cancel()
             await self._drain()
+            self._drained = self._fatal is None
         finally:
             self._ready = False
             READY.set(0)
@@ -226,6 +228,8 @@ class Service:
 
     async def _shutdown(self) -> None:
         for source in self.sources:
+            if self._drained and isinstance(source, ReleasingSource):
+                await source.release_unsettled()  # a clean stop: not counted against its inputs
             await source.stop()
         await self.engine.stop()
         ENGINE_UP.set(0)

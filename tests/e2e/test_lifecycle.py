@@ -95,7 +95,9 @@ def test_sigterm_drains_in_flight_documents(
     daemon = start_daemon({"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "1000000"})
     daemon.wait_ready()
     wait_for(lambda: any("READY=1" in m for m in notify.messages), 10, "READY=1 on the notify socket")
-    # All twelve are taken in at once (the in-flight limit is 128); stop while they run.
+    # All twelve are taken in (claimed out of the inbox) at once: the in-flight limit is 128. Stop
+    # while they run.
+    wait_for(lambda: not layout.inputs_in(layout.inbox), 60, "all twelve to be taken in")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit(timeout=300) == 0, daemon.log_tail()
     assert daemon.leftover_processes() == []

@@ -369,11 +369,14 @@ class FolderSource(Lifecycle):
     async def _recover(self) -> None:
         """Take over the claims an earlier run left: each was in flight when that run ended uncleanly.
         Those at ``crash_loop_exits`` are set aside; the rest are handed out before anything new."""
-        claims = await self._io_call(self.work.recover)
+        ours = {claim.folder for claim in self._claims}  # a source started again in one process
+        claims = [claim for claim in await self._io_call(self.work.recover) if claim.folder not in ours]
+        set_aside = 0
         for claim in claims:
             self._claims.add(claim)
             if claim.exits >= self.config.crash_loop_exits:
                 await self._set_aside(claim)
+                set_aside += 1
                 continue
             await self._io_call(self.work.bump, claim)
             await self._io_call(self.work.claim_sidecar, claim)
@@ -381,9 +384,9 @@ class FolderSource(Lifecycle):
         if claims:
             await self._io_call(self.work.sync)
             log.warning(
-                "inputs left in flight by an unclean exit are tried again",
-                again=len(self._waiting),
-                set_aside=len(claims) - len(self._waiting),
+                "inputs left in flight by an unclean exit: tried again first, or set aside",
+                again=len(claims) - set_aside,
+                set_aside=set_aside,
             )
 
     async def _set_aside(self, claim: Claim) -> None:

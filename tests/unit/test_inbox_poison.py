@@ -496,3 +496,49 @@ def test_a_work_folder_of_its_own_is_accepted(tmp_path: Path) -> None:
     assert make_config(tmp_path, work=tmp_path / "work").work_folder == tmp_path / "work"
     assert make_config(tmp_path, work=tmp_path / "inbox" / ".mine").work_folder.name == ".mine"
     assert make_config(tmp_path).work_folder == tmp_path / "inbox" / ".docsumd-work"
+
+
+async def test_a_source_started_again_in_one_process_does_not_count_its_own_claims(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "doc.txt")
+    source = make_source(config)
+    await source.start()
+    items = Items(source)
+    item = await items.next()
+    await items.close()
+    await source.stop()
+    await source.start()
+    try:
+        assert source.backlog == 0  # not taken for one left by an unclean exit
+        assert claim_folders(config) == ["1.doc.txt"]
+    finally:
+        await source.stop()
+    await item.complete({"ok": True})
+    assert (config.done / "doc.txt").exists()
+
+
+# -- the watcher -------------------------------------------------------------------------------------
+
+
+async def test_a_failed_watcher_is_started_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # watchfiles gives up on a batch holding a name that is not UTF-8: the watcher must come back.
+    runs: list[float] = []
+    watch_once = FolderSource._watch_once
+
+    async def flaky(self: FolderSource) -> None:
+        runs.append(time.monotonic())
+        if len(runs) == 1:
+            raise RuntimeError('Unable to decode path "inbox/\\xFF"')
+        await watch_once(self)
+
+    monkeypatch.setattr(FolderSource, "_watch_once", flaky)
+    config = make_config(tmp_path)  # no periodic rescan within the test: only the watcher finds files
+    async with running(config) as (_, items):
+        for _ in range(100):
+            if len(runs) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert len(runs) == 2
+        await asyncio.sleep(1.2)  # the new watch is in place (its first batch)
+        (config.inbox / "new.txt").write_bytes(b"new\n")
+        assert (await items.next()).id == "new.txt"

@@ -13,7 +13,9 @@ memory.
 
 **Sink** (:class:`Sink`): writes results and failure records. ``write_result``/``write_failure``
 return only once the record is durable (file synced and renamed into place; broker acknowledged
-with ``acks=all``); otherwise they raise :class:`~daemon.errors.SinkError`, which is fatal.
+with ``acks=all``); otherwise they raise :class:`~daemon.errors.SinkError`, which is fatal, or
+:class:`~daemon.errors.DocumentError` when only this record cannot be written (the item is then not
+settled, and the pipeline fails it instead).
 
 **Engine** (:class:`EngineClient`): runs one request to completion; a cancelled call aborts its
 request and re-raises. It raises :class:`~daemon.errors.RequestError` when one request failed (the

@@ -165,6 +165,10 @@ class LimitsConfig(_Section):
     )
 
 
+DEFAULT_WORK_FOLDER = ".docsumd-work"
+"""The work folder's name inside the inbox when ``sources.folder.work`` is not set."""
+
+
 class FolderSourceConfig(_Section):
     """The watched-folder source and its result folders."""
 
@@ -172,6 +176,25 @@ class FolderSourceConfig(_Section):
     outbox: Path
     done: Path
     failed: Path
+    work: Path | None = Field(
+        default=None,
+        description="The private folder inputs are claimed into (one atomic rename) while they are in "
+        f"flight; default INBOX/{DEFAULT_WORK_FOLDER}. It must be on the inbox's file system; inside the "
+        "inbox only as a hidden folder directly in it.",
+    )
+    crash_loop_exits: int = Field(
+        default=3,
+        ge=1,
+        description="An input in flight at this many unclean exits of docsumd (crash, kill, power cut, "
+        "fatal error) is set aside to failed/ with reason 'crash_loop' instead of being tried again.",
+    )
+    io_timeout_seconds: float = Field(
+        default=30.0,
+        gt=0.0,
+        description="The longest one file operation may take (reading an input or a sidecar, writing a "
+        "record, moving a file). A read that takes longer fails its document ('unreadable'); a write or "
+        "move that takes longer is fatal (the output folders hang).",
+    )
     settle_seconds: float = Field(
         default=1.0,
         ge=0.0,
@@ -182,6 +205,11 @@ class FolderSourceConfig(_Section):
         default=30.0, gt=0.0, description="Full rescan period, a safety net for missed file events."
     )
 
+    @property
+    def work_folder(self) -> Path:
+        """Where inputs in flight are: ``work``, or the hidden default inside the inbox."""
+        return self.work if self.work is not None else self.inbox / DEFAULT_WORK_FOLDER
+
     @model_validator(mode="after")
     def _folders_distinct(self) -> Self:
         folders = {"inbox": self.inbox, "outbox": self.outbox, "done": self.done, "failed": self.failed}
@@ -190,7 +218,21 @@ class FolderSourceConfig(_Section):
             raise ValueError(f"inbox, outbox, done and failed must be four different folders, got {folders}")
         if any(resolved["inbox"] in path.parents for name, path in resolved.items() if name != "inbox"):
             raise ValueError("outbox, done and failed must not lie inside the inbox (they would be re-read)")
+        if self.work is not None:
+            self._check_work_folder(self.work.resolve(), resolved)
         return self
+
+    @staticmethod
+    def _check_work_folder(work: Path, others: dict[str, Path]) -> None:
+        for name, path in others.items():
+            if work == path or work in path.parents or (path in work.parents and name != "inbox"):
+                raise ValueError(f"work must be a folder of its own, not {name}, inside it or around it")
+        inbox = others["inbox"]
+        if inbox in work.parents and (work.parent != inbox or not work.name.startswith(".")):
+            raise ValueError(
+                "work inside the inbox must be a hidden folder directly in it (e.g. INBOX/.docsumd-work), "
+                "so that it is never taken for a document"
+            )
 
 
 class KafkaSourceConfig(_Section):
@@ -480,7 +522,7 @@ def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
     sources = raw.get("sources")
     folder = sources.get("folder") if isinstance(sources, dict) else None
     if isinstance(folder, dict):
-        for key in ("inbox", "outbox", "done", "failed"):
+        for key in ("inbox", "outbox", "done", "failed", "work"):
             if isinstance(folder.get(key), str):
                 folder[key] = str(base / folder[key])
     kafka = sources.get("kafka") if isinstance(sources, dict) else None

@@ -13,7 +13,9 @@ memory.
 
 **Sink** (:class:`Sink`): writes results and failure records. ``write_result``/``write_failure``
 return only once the record is durable (file synced and renamed into place; broker acknowledged
-with ``acks=all``); otherwise they raise :class:`~daemon.errors.SinkError`, which is fatal.
+with ``acks=all``); otherwise they raise :class:`~daemon.errors.SinkError`, which is fatal, or
+:class:`~daemon.errors.DocumentError` when only this record cannot be written (the item is then not
+settled, and the pipeline fails it instead).
 
 **Engine** (:class:`EngineClient`): runs one request to completion; a cancelled call aborts its
 request and re-raises. It raises :class:`~daemon.errors.RequestError` when one request failed (the
@@ -27,7 +29,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from daemon.records import Record
 from daemon.work import WorkItem
@@ -51,6 +53,17 @@ class Source(Protocol):
 
     def items(self) -> AsyncIterator[WorkItem]:
         """Work items, one per input, pulled one at a time; ends only for finite sources."""
+        ...
+
+
+@runtime_checkable
+class ReleasingSource(Protocol):
+    """A source that can tell a clean stop from a crash (the folder source's crash-loop guard counts
+    the unclean exits an input was in flight at). The service calls :meth:`release_unsettled` after a
+    drain that was not cut short by a fatal error, before ``stop()``."""
+
+    async def release_unsettled(self) -> None:
+        """Give inputs handed out and not settled back to where they wait (not counted as a crash)."""
         ...
 
 

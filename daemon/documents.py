@@ -14,7 +14,12 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
 ``invalid_utf8``   text that is not valid UTF-8 (e.g. Latin-1) and carries no UTF-16/32 BOM
 ``invalid_encoding`` starts with a UTF-16/32 byte-order mark but does not decode as that encoding
 ``nul_bytes``      valid UTF-8 that contains NUL characters (usually a corrupted or binary file)
-``unreadable``     the source could not read the input (permissions, vanished file)
+``unreadable``     the source could not read the input (permissions, vanished file, a read that
+                   took longer than the source's I/O timeout)
+``not_regular``    the input is not a regular file (a symbolic link, FIFO, socket, device or
+                   folder put in its place); nothing was read from it
+``crash_loop``     the input was in flight at several unclean exits of docsumd in a row, and was set
+                   aside unread so that it cannot stop the service again (folder source)
 ``engine_error``   the engine rejected or failed this one request (set by the summarizer)
 ``too_long``       needs more than ``summary.max_parts`` parts (set by the summarizer)
 ``invalid_options`` the document's own options (sidecar, message fields) are not valid

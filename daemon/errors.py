@@ -5,7 +5,9 @@ Three kinds, and only three:
 * **Per document** (recoverable): :class:`DocumentError`, with a stable ``reason`` code (listed in
   :mod:`daemon.documents`). The document gets a failure record (error file, dead letter) and a metric,
   its input is acknowledged, and the daemon goes on. An engine :class:`RequestError` (vLLM refused or
-  failed one request) becomes a ``DocumentError("engine_error", ...)`` in the summarizer.
+  failed one request) becomes a ``DocumentError("engine_error", ...)`` in the summarizer. A sink that
+  cannot write one document's record (it cannot be encoded, the file system refuses its name) raises
+  a ``DocumentError`` too: nothing was acknowledged, and the document gets its failure record instead.
 * **Fatal** (the whole daemon): :class:`EngineDeadError` (the engine is gone), :class:`SinkError`
   (a result or failure record cannot be written, so nothing may be acknowledged), and
   :class:`FatalError`, which the service raises for any of them. Intake stops, unfinished inputs stay

@@ -20,7 +20,7 @@ def build_folder(section: FolderSourceConfig, config: Config) -> Source:
     from daemon.sinks.folder import FolderSink
     from daemon.sources.folder import FolderSource
 
-    sink = FolderSink(section.outbox, section.failed)
+    sink = FolderSink(section.outbox, section.failed, io_timeout=section.io_timeout_seconds)
     return FolderSource(section, sink, max_input_bytes=config.limits.max_input_bytes)
 
 

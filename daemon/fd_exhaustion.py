@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import errno
 import resource
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
 from daemon.logging import get_logger
@@ -54,15 +54,21 @@ def note_fd_exhaustion(where: str, exc: OSError) -> None:
     )
 
 
-async def retry_on_fd_exhaustion(operation: Callable[[], T], *, where: str) -> T:
+async def retry_on_fd_exhaustion(
+    operation: Callable[[], T],
+    *,
+    where: str,
+    run: Callable[[Callable[[], T]], Awaitable[T]] | None = None,
+) -> T:
     """Run the blocking ``operation`` in a thread; while it fails for want of file descriptors, note
     it and try again after a growing pause (up to :data:`RETRY_MAX_SECONDS`). Any other error is
     raised. Cancellable between tries (a drain deadline ends the wait), so ``operation`` must be safe
-    to repeat."""
+    to repeat. ``run`` runs it off the event loop (default :func:`asyncio.to_thread`; the folder path
+    passes its own bounded-thread pool, :mod:`daemon.blocking_io`)."""
     pause = RETRY_FIRST_SECONDS
     while True:
         try:
-            return await asyncio.to_thread(operation)
+            return await (asyncio.to_thread(operation) if run is None else run(operation))
         except OSError as exc:
             if not is_fd_exhaustion(exc):
                 raise

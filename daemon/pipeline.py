@@ -9,7 +9,8 @@ and applies the error policy of :mod:`daemon.errors` in one place:
   recorded as ``internal_error``, so it can neither stop the stream nor crash-loop a restart;
 * a result record the sink cannot write for this document alone (it cannot be encoded, its name is
   refused, it is too large for Kafka: the sink raises :class:`~daemon.errors.DocumentError`) becomes
-  a failure record instead;
+  a failure record instead; a failure record that cannot be written either is replaced by a minimal
+  one (:func:`~daemon.records.fallback_failure_record`);
 * :class:`~daemon.errors.EngineDeadError`, :class:`~daemon.errors.SinkError` and cancellation
   propagate: they are the service's to handle (fatal, or a drain cut short), and the input stays
   unacknowledged.
@@ -31,7 +32,7 @@ from daemon.errors import DocumentError, EngineDeadError, SinkError
 from daemon.logging import get_logger
 from daemon.metrics import observe_failed, observe_summarized
 from daemon.options import parse_options
-from daemon.records import Summary, failure_record, result_record
+from daemon.records import Summary, failure_record, fallback_failure_record, result_record
 from daemon.summarize import Summarizer
 from daemon.work import WorkItem
 
@@ -107,7 +108,11 @@ class DocumentPipeline:
             sha256=None if data is None else sha256_hex(data),
             input_bytes=None if data is None else len(data),
         )
-        await item.fail(record)
+        try:
+            await item.fail(record)
+        except DocumentError as problem:
+            log.error("the failure record cannot be written; writing a minimal one", error=str(problem))
+            await item.fail(fallback_failure_record(record, problem.message))
         observe_failed(item.source, error.reason)
         if self._on_finished is not None:
             self._on_finished(item, error.reason)

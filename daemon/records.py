@@ -9,7 +9,12 @@
   (a message, a key), with the original size and a hash where cut.
 * :func:`result_headers` / :func:`dead_letter_headers`: the headers of output messages.
 * :func:`request_id` / :func:`parse_request_id`: the id of one engine request, ``DOC:KINDN:HEX``.
-* :func:`encode_record`: how a record becomes bytes (pretty for files, compact for Kafka).
+* :func:`encode_record`: how a record becomes bytes (pretty for files, compact for Kafka); it
+  always gives valid UTF-8 JSON.
+* :func:`display_name` / :func:`name_fields`: the one place an OS file name becomes JSON: readable
+  text, plus the exact bytes in base64 when the name is not UTF-8 (reversible, see the README).
+* :func:`fallback_failure_record`: the failure record of last resort, when a document's own record
+  cannot be encoded.
 
 Changing a field of a record means changing it here, and the README's "Results and failure records".
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -141,6 +147,41 @@ def failure_record(
     }
 
 
+def fallback_failure_record(failure: Record, problem: str) -> Record:
+    """A failure record that encodes whatever ``failure`` held: its id made ASCII-safe, its reason
+    kept, its message telling why the full record could not be written, and no metadata."""
+    doc_id = failure.get("id")
+    return {
+        "id": doc_id if isinstance(doc_id, str) and _is_text(doc_id) else ascii(doc_id),
+        "source": str(failure.get("source", "")),
+        "reason": str(failure.get("reason", "internal_error")),
+        "message": f"{failure.get('message', '')} (its full failure record could not be written: {problem})",
+        "sha256": failure.get("sha256") if isinstance(failure.get("sha256"), str) else None,
+        "input_bytes": failure.get("input_bytes") if isinstance(failure.get("input_bytes"), int) else None,
+        "metadata": {},
+        "failed_at": utc_now_iso(),
+        "docsumd_version": __version__,
+    }
+
+
+def display_name(name: str) -> str:
+    """An OS file name as readable text for ids, logs and records: the name itself when its bytes are
+    UTF-8, else with each undecodable byte written as ``\\xNN`` (not reversible on its own: see
+    :func:`name_fields`)."""
+    return os.fsencode(name).decode("utf-8", "backslashreplace")
+
+
+def name_fields(name: str, field: str = "file_name") -> dict[str, str]:
+    """An OS file name as JSON fields: ``{field: name}`` when its bytes are UTF-8, else
+    ``{field: display_name(name), field_b64: base64 of the exact bytes}``. Reversible: the bytes are
+    ``field_b64`` decoded when present, else ``field`` encoded as UTF-8."""
+    raw = os.fsencode(name)
+    try:
+        return {field: raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {field: display_name(name), f"{field}_b64": base64.b64encode(raw).decode("ascii")}
+
+
 def dead_letter(
     failure: Record,
     *,
@@ -248,10 +289,31 @@ def dead_letter_headers(input_headers: Iterable[tuple[str, bytes | None]], failu
 
 
 def encode_record(record: Record, *, pretty: bool = False) -> bytes:
-    """A record as UTF-8 JSON: indented with a final newline for files, compact for messages."""
+    """A record as UTF-8 JSON: indented with a final newline for files, compact for messages.
+
+    Always valid UTF-8: a string that still holds lone surrogates (an undecodable OS name that did
+    not go through :func:`name_fields`) is written with JSON ``\\u`` escapes instead of failing. A
+    value JSON cannot hold (an object, a circular reference) raises :class:`TypeError` or
+    :class:`ValueError`."""
+    try:
+        return _dumps(record, pretty=pretty, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        return _dumps(record, pretty=pretty, ensure_ascii=True).encode("ascii")
+
+
+def _dumps(record: Record, *, pretty: bool, ensure_ascii: bool) -> str:
     if pretty:
-        return json.dumps(record, ensure_ascii=False, indent=2).encode("utf-8") + b"\n"
-    return json.dumps(record, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+        return json.dumps(record, ensure_ascii=ensure_ascii, indent=2) + "\n"
+    return json.dumps(record, ensure_ascii=ensure_ascii, separators=(",", ":"))
+
+
+def _is_text(value: str) -> bool:
+    """Whether ``value`` encodes as UTF-8 (holds no lone surrogates)."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -26,7 +26,7 @@ from daemon.admission import admission_for_engine
 from daemon.budget import ContextBudget, build_budget
 from daemon.byte_budget import ByteBudget, Holding
 from daemon.config import Config
-from daemon.contracts import EngineClient, Source
+from daemon.contracts import EngineClient, ReleasingSource, Source
 from daemon.engine import Engine, load_tokenizer
 from daemon.errors import EngineDeadError, FatalError
 from daemon.factory import build_sources
@@ -101,6 +101,7 @@ class Service:
         self._bytes = ByteBudget(config.limits.max_inflight_bytes)
         self._progress = ProgressWatch(config.service.stall_seconds)
         self.notifier.watch_health(self.healthy)
+        self._drained = False  # stopped cleanly: drained with no fatal error
 
     # -- health ----------------------------------------------------------------------------------
 
@@ -170,6 +171,7 @@ class Service:
                 for task in (*pumps, watchdog, status):
                     task.cancel()
             await self._drain()
+            self._drained = self._fatal is None
         finally:
             self._ready = False
             READY.set(0)
@@ -250,6 +252,8 @@ class Service:
 
     async def _shutdown(self) -> None:
         for source in self.sources:
+            if self._drained and isinstance(source, ReleasingSource):
+                await source.release_unsettled()  # a clean stop: not counted against its inputs
             await source.stop()
         await self.engine.stop()
         ENGINE_UP.set(0)

@@ -3,22 +3,38 @@
 A record is written to a hidden temporary file in the target folder, flushed to disk, and renamed
 into place; the folder itself is then synced. A reader therefore sees either no file or the whole
 file, and after a power cut the rename is durable before the input is acknowledged. Running out of
-file descriptors is waited out (:mod:`daemon.fd_exhaustion`); any other write error is fatal.
+file descriptors is waited out (:mod:`daemon.fd_exhaustion`).
+
+Names: a record of key ``KEY`` is ``KEY.summary.json`` or ``KEY.error.json`` when ``KEY`` is UTF-8
+and short enough; otherwise a readable prefix and a hash of the key stand in for it
+(:func:`daemon.names.record_stem`), so every name fits the file system. The folder source passes keys
+that fit already (its claims' record stems).
+
+Errors, per the policy of :mod:`daemon.errors`: a record that cannot be encoded, or whose name this
+file system refuses, is that document's problem (:class:`~daemon.errors.DocumentError`); any other
+failure to write (disk full, read-only, permissions, a write that hangs past the timeout) is the whole
+folder's, and fatal (:class:`~daemon.errors.SinkError`).
 """
 
 from __future__ import annotations
 
+import errno
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
+from daemon.blocking_io import BlockingIO, file_io
 from daemon.durable import write_atomic
-from daemon.errors import SinkError
+from daemon.errors import DocumentError, SinkError
 from daemon.fd_exhaustion import retry_on_fd_exhaustion
+from daemon.names import record_stem
 from daemon.records import Record, encode_record
 
 RESULT_SUFFIX: Final = ".summary.json"
 ERROR_SUFFIX: Final = ".error.json"
+DEFAULT_IO_TIMEOUT: Final = 30.0
+# Errors that say "not this name" rather than "not this folder".
+_PER_NAME_ERRNOS: Final = frozenset({errno.ENAMETOOLONG, errno.EILSEQ})
 
 
 def write_json_atomic(path: Path, record: Record) -> None:
@@ -26,45 +42,73 @@ def write_json_atomic(path: Path, record: Record) -> None:
     write_atomic(path, encode_record(record, pretty=True))
 
 
-class FolderSink:
-    """Writes ``outbox/NAME.summary.json`` results and ``failed/NAME.error.json`` failure records."""
+def record_file_name(key: str, suffix: str) -> str:
+    """The file name of the record of ``key``: ``KEY`` + ``suffix``, or its stand-in + ``suffix``."""
+    return record_stem(key) + suffix
 
-    def __init__(self, outbox: Path, failed: Path) -> None:
+
+class FolderSink:
+    """Writes ``outbox/KEY.summary.json`` results and ``failed/KEY.error.json`` failure records."""
+
+    def __init__(
+        self,
+        outbox: Path,
+        failed: Path,
+        *,
+        io_timeout: float = DEFAULT_IO_TIMEOUT,
+        io: BlockingIO | None = None,
+    ) -> None:
+        """Writes run on ``io`` (the process's file I/O pool by default), each within ``io_timeout``."""
         self.outbox = outbox
         self.failed = failed
+        self.io_timeout = io_timeout
+        self._io = io or file_io()
 
     async def start(self) -> None:
         """Create the folders (idempotent)."""
         self.outbox.mkdir(parents=True, exist_ok=True)
         self.failed.mkdir(parents=True, exist_ok=True)
 
-    def result_path(self, name: str) -> Path:
-        """Where the result for input ``name`` goes."""
-        return self.outbox / f"{name}{RESULT_SUFFIX}"
+    def result_path(self, key: str) -> Path:
+        """Where the result for ``key`` goes."""
+        return self.outbox / record_file_name(key, RESULT_SUFFIX)
 
-    def error_path(self, name: str) -> Path:
-        """Where the failure record for input ``name`` goes."""
-        return self.failed / f"{name}{ERROR_SUFFIX}"
+    def error_path(self, key: str) -> Path:
+        """Where the failure record for ``key`` goes."""
+        return self.failed / record_file_name(key, ERROR_SUFFIX)
 
     async def stop(self) -> None:
         """Nothing to release."""
 
-    async def write_result(
-        self, name: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()
-    ) -> Path:
-        """Write a result record; raises :class:`SinkError` if it cannot be written (headers: unused)."""
-        return await self._write(self.result_path(name), record)
+    async def write_result(self, key: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()) -> Path:
+        """Write a result record (headers: unused). :class:`DocumentError` if this record cannot be
+        written, :class:`SinkError` if no record can."""
+        return await self._write(self.result_path(key), record)
 
     async def write_failure(
-        self, name: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()
+        self, key: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()
     ) -> Path:
-        """Write a failure record; raises :class:`SinkError` if it cannot be written (headers: unused)."""
-        return await self._write(self.error_path(name), record)
+        """Write a failure record (headers: unused). :class:`DocumentError` if this record cannot be
+        written, :class:`SinkError` if no record can."""
+        return await self._write(self.error_path(key), record)
 
     async def _write(self, path: Path, record: Record) -> Path:
         try:
+            data = encode_record(record, pretty=True)
+        except (TypeError, ValueError, RecursionError) as exc:
+            raise DocumentError("internal_error", f"its record cannot be encoded as JSON: {exc!r}") from exc
+        try:
             # Out of file descriptors: wait for some to come back (a rewrite is harmless).
-            await retry_on_fd_exhaustion(lambda: write_json_atomic(path, record), where="writing a record")
+            await retry_on_fd_exhaustion(
+                lambda: write_atomic(path, data),
+                where="writing a record",
+                run=lambda write: self._io.run(write, time_limit=self.io_timeout),
+            )
+        except TimeoutError as exc:
+            raise SinkError(f"cannot write {path}: the write took longer than {self.io_timeout:g} s") from exc
         except OSError as exc:
+            if exc.errno in _PER_NAME_ERRNOS:
+                message = f"cannot write its record {path.name!r}: {exc}"
+                raise DocumentError("internal_error", message) from exc
             raise SinkError(f"cannot write {path}: {exc}") from exc
         return path

@@ -1,91 +1,127 @@
 """The watched-folder source.
 
-Every regular file directly in ``inbox`` is a document; its name is the document id. Files already
-there at start are processed first (oldest first), then new ones as watchfiles reports them, with a
-periodic rescan as a safety net for missed events.
+Every regular file directly in ``inbox`` whose name is a document's
+(:func:`~daemon.sources.inbox_names.is_candidate_name`) is a document; its name is the document id.
+Files already there at start are processed first (oldest first), then new ones as watchfiles reports
+them, with a periodic rescan as a safety net for missed events.
 
 Half-written inputs are never read:
 
-* hidden files (``.NAME``) and names ending in ``.tmp``, ``.part``, ``.partial``, ``.crdownload``
-  or ``.swp`` are ignored, so a writer that creates ``.NAME`` or ``NAME.tmp`` and renames it into
-  place (the recommended convention, atomic on one file system) is always safe;
-* for writers that write in place, a file is read only once its size and modification time have
+* hidden files, temporary and partial names, and editors' lock, swap and backup files are ignored
+  (:mod:`daemon.sources.inbox_names`), so a writer that creates ``.NAME`` or ``NAME.tmp`` and renames it
+  into place (the recommended convention, atomic on one file system) is always safe;
+* for writers that write in place, a file is taken only once its size and modification time have
   not changed for ``settle_seconds``.
+
+A name that is not a regular file (a folder, a link, a FIFO) is not a document, but it is looked at
+again whenever the file system reports a change to it, so a regular file that later takes the name
+is picked up.
+
+Claiming (:mod:`daemon.sources.claims`): a settled file is first moved, by one atomic rename, into
+its own folder in the private work folder, with the options sidecar that applies. Only then is it
+read, without following links and without blocking, and only if it is a regular file
+(:mod:`daemon.safe_read`). What is read is what is acknowledged; a new file of the same name in the
+inbox is a new input.
 
 Per-document options: a sidecar ``NAME.options.json`` (for ``NAME.txt`` either ``NAME.txt.options.json``
 or ``NAME.options.json``; the first wins if both exist) holds a JSON object of summary options
 (:mod:`daemon.options`). Sidecars are never documents themselves. Write the sidecar before the
-document: it is read when the document is. It moves with its document to ``done/`` or ``failed/``
-(only the one that applied; two documents sharing a stem need full-name sidecars).
+document: it is claimed with it. It moves with its document to ``done/`` or ``failed/``.
 
-Acknowledgement: after the sink wrote the result, the input moves to ``done/NAME``; after the
-failure record is written, it moves to ``failed/NAME``. A crash before that leaves the input in
-``inbox``, where the next start finds it again.
+Acknowledgement: after the sink wrote the result (``outbox/STEM.summary.json``), the input moves to
+``done/``; after the failure record is written (``failed/STEM.error.json``), it moves to ``failed/``;
+both times under its own name if that is free there, else ``NAME~2``, ``NAME~3``...: nothing is ever
+overwritten. A crash before that leaves it in the work folder, where the next start finds it again;
+after ``crash_loop_exits`` unclean exits with it in flight it is set aside (reason ``crash_loop``).
+
+Every file-system call runs on the file I/O threads (:mod:`daemon.blocking_io`), bounded by
+``io_timeout_seconds``: a hung read fails its document, never the event loop or the shutdown.
 
 Backpressure: the source hands out a file only when the service asks for the next item, so a large
 backlog waits on disk, not in memory.
-
-Out of file descriptors (``EMFILE``/``ENFILE``), the rescan, reads, writes and moves wait and try
-again, logging it once in a while (:mod:`daemon.fd_exhaustion`); nothing fails or exits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from stat import S_ISREG
-from typing import Final
+from typing import Final, TypeVar
 
+from daemon.blocking_io import BlockingIO, file_io
 from daemon.config import FolderSourceConfig
-from daemon.documents import read_input_file
-from daemon.durable import sync_move
 from daemon.errors import DocumentError, SinkError
 from daemon.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
-from daemon.records import Record
+from daemon.metrics import observe_failed
+from daemon.records import Record, display_name, failure_record, name_fields
+from daemon.safe_read import NotRegularFileError, read_bounded, read_regular_file
 from daemon.sinks.folder import FolderSink
+from daemon.sources.claims import Claim, WorkFolder
+from daemon.sources.inbox_names import (
+    IGNORED_SUFFIXES,
+    OPTIONS_SUFFIX,
+    is_candidate_name,
+    sidecar_names,
+)
 from daemon.work import WorkItem
+
+__all__ = [
+    "IGNORED_SUFFIXES",
+    "MAX_OPTIONS_BYTES",
+    "OPTIONS_SUFFIX",
+    "SOURCE_NAME",
+    "FolderSource",
+    "is_candidate_name",
+    "sidecar_names",
+]
 
 log = get_logger(__name__)
 
-IGNORED_SUFFIXES: Final = (".tmp", ".part", ".partial", ".crdownload", ".swp")
-OPTIONS_SUFFIX: Final = ".options.json"
+T = TypeVar("T")
+
 MAX_OPTIONS_BYTES: Final = 64 * 1024
 SOURCE_NAME: Final = "folder"
 SCAN_RETRY_SECONDS: Final = 1.0
 """After a rescan that ran out of file descriptors, the next try comes this soon (not a whole period)."""
+WATCH_RETRY_SECONDS: Final = 0.5
+"""A failed inbox watcher is started again after this pause, doubling while it keeps failing..."""
+WATCH_RETRY_MAX_SECONDS: Final = 10.0
+"""...up to this long."""
 
-
-def is_candidate_name(name: str) -> bool:
-    """Whether a file name in the inbox is a document (not hidden, not a temporary file, not a sidecar)."""
-    return not name.startswith(".") and not name.endswith((*IGNORED_SUFFIXES, OPTIONS_SUFFIX))
-
-
-def sidecar_names(name: str) -> list[str]:
-    """Names an options sidecar of document ``name`` may have, in order of precedence."""
-    names = [name + OPTIONS_SUFFIX]
-    stem, dot, _ = name.rpartition(".")
-    if dot and stem:
-        names.append(stem + OPTIONS_SUFFIX)
-    return names
+_Stat = tuple[int, int, int]  # (mode, size, mtime_ns) of an lstat
 
 
 class FolderSource(Lifecycle):
     """Yields a :class:`WorkItem` per settled file in the inbox. ``start()``/``stop()`` are idempotent."""
 
-    def __init__(self, config: FolderSourceConfig, sink: FolderSink, *, max_input_bytes: int) -> None:
+    def __init__(
+        self,
+        config: FolderSourceConfig,
+        sink: FolderSink,
+        *,
+        max_input_bytes: int,
+        io: BlockingIO | None = None,
+    ) -> None:
+        """File-system calls run on ``io`` (the process's file I/O pool by default)."""
         self.config = config
         self.sink = sink
         self.max_input_bytes = max_input_bytes
+        self.work = WorkFolder(inbox=config.inbox, work=config.work_folder, done=config.done, sink=sink)
+        self._io = io or file_io()
         self._ready: deque[str] = deque()
         self._settling: dict[str, tuple[int, int, float]] = {}  # name -> (size, mtime_ns, last change)
-        self._known: set[str] = set()  # queued, settling or in flight: never handed out twice
+        self._known: set[str] = set()  # queued or settling in the inbox: never claimed twice at once
+        self._retry_at: dict[str, float] = {}  # names that could not be claimed -> when to try again
+        self._waiting: deque[Claim] = deque()  # claimed, not yet handed out (left by an earlier run)
+        self._claims: set[Claim] = set()  # claimed and not yet settled (includes _waiting)
         self._wakeup = asyncio.Event()
         self._watcher: asyncio.Task[None] | None = None
         self._stop_watching = asyncio.Event()
@@ -94,18 +130,21 @@ class FolderSource(Lifecycle):
 
     @property
     def backlog(self) -> int:
-        """Files seen in the inbox and not yet handed out."""
-        return len(self._ready) + len(self._settling)
+        """Files waiting in the inbox or the work folder, not yet handed out."""
+        return len(self._ready) + len(self._settling) + len(self._waiting)
 
     async def start(self) -> None:
-        """Create the folders, scan the inbox, and start watching it."""
+        """Create the folders, take over what an earlier run left in flight, scan the inbox, and
+        start watching it."""
         if self.started:
             return
         for folder in (self.config.inbox, self.config.done, self.config.failed):
             folder.mkdir(parents=True, exist_ok=True)
         await self.sink.start()
+        await self._io_call(self.work.prepare)
+        await self._recover()
         self._stop_watching.clear()
-        self._scan()
+        await self._scan()
         self._watcher = asyncio.create_task(self._watch(), name="folder-watch")
         self._watcher.add_done_callback(self._watcher_done)
         self.started = True
@@ -119,17 +158,40 @@ class FolderSource(Lifecycle):
         self._stop_watching.set()
         if self._watcher is not None:
             self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, Exception):  # its failure was logged
                 await self._watcher
             self._watcher = None
         self._wakeup.set()
+        if self.config.work is None and not self._claims:
+            # The default work folder sits in the inbox: leave no trace of it between runs.
+            with contextlib.suppress(OSError, TimeoutError):
+                await self._io_call(self.work.remove_if_empty)
+
+    async def release_unsettled(self) -> None:
+        """A clean stop: give every claimed and unsettled input back to the inbox (it did not take
+        part in an unclean exit). Called by the service after a drain, before :meth:`stop`."""
+        for claim in list(self._claims):
+            try:
+                returned = await self._io_call(self.work.release, claim)
+            except (OSError, TimeoutError) as exc:
+                log.error("cannot give an input back to the inbox", doc_id=_doc_id(claim), error=str(exc))
+                continue
+            self._claims.discard(claim)
+            if not returned:
+                log.info("input kept in the work folder: a new file took its name", doc_id=_doc_id(claim))
+        self._waiting.clear()
 
     async def items(self) -> AsyncIterator[WorkItem]:
         """Yield work items as files settle, until :meth:`stop`. Pull-driven: nothing is read ahead."""
         while self.started:
-            name = self._next_ready()
+            if self._waiting:
+                yield self._work_item(self._waiting.popleft())
+                continue
+            name = await self._next_ready()
             if name is not None:
-                yield self._work_item(name)
+                claim = await self._claim(name)
+                if claim is not None:
+                    yield self._work_item(claim)
                 continue
             self._wakeup.clear()
             timeout = self._next_check_in()
@@ -138,7 +200,7 @@ class FolderSource(Lifecycle):
 
     # -- discovery -------------------------------------------------------------------------------
 
-    def _scan(self) -> None:
+    async def _scan(self) -> None:
         """Add every unknown candidate file in the inbox, oldest first.
 
         Out of file descriptors (the folder cannot be opened), it logs that once in a while and is
@@ -146,22 +208,23 @@ class FolderSource(Lifecycle):
         """
         self._last_scan = time.monotonic()
         try:
-            found = self._list_inbox()
-        except OSError as exc:
-            if not is_fd_exhaustion(exc):
-                raise
-            note_fd_exhaustion("inbox rescan", exc)
-            self._last_scan -= max(0.0, self.config.rescan_seconds - SCAN_RETRY_SECONDS)
+            found = await self._io.run(self._list_inbox, time_limit=self.config.io_timeout_seconds)
+        except (OSError, TimeoutError) as exc:
+            if is_fd_exhaustion(exc):
+                note_fd_exhaustion("inbox rescan", exc)
+                self._last_scan -= max(0.0, self.config.rescan_seconds - SCAN_RETRY_SECONDS)
+            else:
+                log.error("cannot list the inbox", inbox=str(self.config.inbox), error=str(exc))
             return
         for _, name in sorted(found):
             self._add(name)
 
     def _list_inbox(self) -> list[tuple[int, str]]:
-        """``(mtime_ns, name)`` of every candidate file in the inbox not yet known."""
+        """``(mtime_ns, name)`` of every regular file in the inbox with a document's name (I/O thread)."""
         found: list[tuple[int, str]] = []
         with os.scandir(self.config.inbox) as entries:
             for entry in entries:
-                if entry.name in self._known or not is_candidate_name(entry.name):
+                if not is_candidate_name(entry.name):
                     continue
                 with contextlib.suppress(FileNotFoundError):
                     if entry.is_file(follow_symlinks=False):
@@ -171,11 +234,33 @@ class FolderSource(Lifecycle):
     def _add(self, name: str) -> None:
         if name in self._known or not is_candidate_name(name):
             return
+        if self._retry_at.get(name, 0.0) > time.monotonic():
+            return
+        self._retry_at.pop(name, None)
         self._known.add(name)
         self._settling[name] = (-1, -1, time.monotonic())
         self._wakeup.set()
 
     async def _watch(self) -> None:
+        """Watch the inbox until stopped. A watcher that fails is started again after a rescan:
+        watchfiles cannot report a name that is not UTF-8 and gives up on the whole batch instead, so
+        one such file would otherwise leave the inbox to the periodic rescans."""
+        failures = 0
+        while not self._stop_watching.is_set():
+            started = time.monotonic()
+            try:
+                await self._watch_once()
+            except Exception as exc:
+                failures = 1 if time.monotonic() - started > WATCH_RETRY_MAX_SECONDS else failures + 1
+                pause = min(WATCH_RETRY_MAX_SECONDS, WATCH_RETRY_SECONDS * 2 ** (failures - 1))
+                # Cut: the error may quote a 255-byte name, escaped four times over.
+                log.warning("inbox watcher failed; rescanning, then watching again", error=repr(exc)[:300])
+                await asyncio.sleep(pause)
+                await self._scan()
+            else:
+                return
+
+    async def _watch_once(self) -> None:
         from watchfiles import Change, awatch
 
         first_batch = True
@@ -197,7 +282,7 @@ class FolderSource(Lifecycle):
             # again then, for files created between the start-up scan and the watch.
             if first_batch or time.monotonic() - self._last_scan >= self.config.rescan_seconds:
                 first_batch = False
-                self._scan()
+                await self._scan()
 
     def _watcher_done(self, task: asyncio.Task[None]) -> None:
         # The watcher is owned here; its failure must be seen. Periodic rescans still find new files.
@@ -206,123 +291,227 @@ class FolderSource(Lifecycle):
 
     # -- settling --------------------------------------------------------------------------------
 
-    def _next_ready(self) -> str | None:
+    async def _next_ready(self) -> str | None:
         if time.monotonic() - self._last_scan >= self.config.rescan_seconds:
-            self._scan()
+            await self._scan()
         if not self._ready:
-            self._promote_settled()
+            await self._promote_settled()
         return self._ready.popleft() if self._ready else None
 
-    def _promote_settled(self) -> None:
+    async def _promote_settled(self) -> None:
         """Move files whose size and mtime held still for settle_seconds to the ready queue."""
+        if not self._settling:
+            return
+        names = list(self._settling)
+        try:
+            stats = await self._io_call(self._lstat_all, names)
+        except TimeoutError:
+            log.error("looking at the inbox's files timed out", inbox=str(self.config.inbox))
+            return
         now = time.monotonic()
         wall_now = time.time()
-        for name, (size, mtime_ns, _) in list(self._settling.items()):
-            try:
-                stat = (self.config.inbox / name).lstat()
-            except FileNotFoundError:  # removed or renamed away before we got to it
+        for name, found in zip(names, stats, strict=True):
+            if name not in self._settling:
+                continue
+            if found is None or not S_ISREG(found[0]):
+                # Gone, or not a document (a folder, link or FIFO): forgotten, so that a later event
+                # for the name (a regular file taking it) or a rescan finds it again.
                 del self._settling[name]
                 self._known.discard(name)
                 continue
-            if not S_ISREG(stat.st_mode):
-                # A folder or link made in the inbox: not a document. It stays known, so later
-                # events for it are ignored too.
-                del self._settling[name]
-                continue
-            if (stat.st_size, stat.st_mtime_ns) != (size, mtime_ns):
+            _, size, mtime_ns = found
+            if (size, mtime_ns) != self._settling[name][:2]:
                 # Changed since last look (or first look). An old file is settled already.
-                age = wall_now - stat.st_mtime_ns / 1e9
-                first_look = size == -1
-                self._settling[name] = (
-                    stat.st_size,
-                    stat.st_mtime_ns,
-                    now - max(age, 0) if first_look else now,
-                )
+                age = wall_now - mtime_ns / 1e9
+                first_look = self._settling[name][0] == -1
+                self._settling[name] = (size, mtime_ns, now - max(age, 0) if first_look else now)
             if now - self._settling[name][2] >= self.config.settle_seconds:
                 del self._settling[name]
                 self._ready.append(name)
 
+    def _lstat_all(self, names: list[str]) -> list[_Stat | None]:
+        """``(mode, size, mtime_ns)`` of each inbox entry, None for one that is gone (I/O thread)."""
+        stats: list[_Stat | None] = []
+        for name in names:
+            try:
+                found = os.lstat(self.config.inbox / name)
+            except OSError:
+                stats.append(None)
+            else:
+                stats.append((found.st_mode, found.st_size, found.st_mtime_ns))
+        return stats
+
     def _next_check_in(self) -> float:
         if self._settling:
             return min(0.25, max(0.05, self.config.settle_seconds / 4))
-        # Until the next rescan is due (sooner than a whole period after one that failed).
-        return max(0.05, self._last_scan + self.config.rescan_seconds - time.monotonic())
+        return self.config.rescan_seconds
+
+    # -- claiming --------------------------------------------------------------------------------
+
+    async def _claim(self, name: str) -> Claim | None:
+        """Move ``name`` into the work folder; the claim, or None if it is gone or cannot be moved."""
+        # Out of the inbox from now on (or gone): a new file of this name is a new input.
+        self._known.discard(name)
+        job = self._io.submit(self.work.claim, name)
+        try:
+            claim = await self._io.wait(job, self.config.io_timeout_seconds)
+        except asyncio.CancelledError:
+            job.future.add_done_callback(self._adopt_late_claim)
+            raise
+        except (OSError, TimeoutError) as exc:
+            # Not ours to move (another user's file in a sticky inbox, a mount point) or a hung inbox:
+            # left where it is, and tried again at the next rescan.
+            if isinstance(exc, TimeoutError):
+                job.future.add_done_callback(self._adopt_late_claim)
+            log.error("cannot claim an input; it stays there", doc_id=display_name(name), error=repr(exc))
+            self._retry_at[name] = time.monotonic() + self.config.rescan_seconds
+            return None
+        if claim is not None:
+            self._claims.add(claim)
+        return claim
+
+    def _adopt_late_claim(self, future: asyncio.Future[Claim | None]) -> None:
+        """A claim that finished after its caller gave up is still ours: it waits to be handed out
+        (or given back by a clean stop)."""
+        if not future.cancelled() and future.exception() is None and (claim := future.result()) is not None:
+            self._claims.add(claim)
+            self._waiting.append(claim)
+            self._wakeup.set()
+
+    async def _recover(self) -> None:
+        """Take over the claims an earlier run left: each was in flight when that run ended uncleanly.
+        Those at ``crash_loop_exits`` are set aside; the rest are handed out before anything new."""
+        ours = {claim.folder for claim in self._claims}  # a source started again in one process
+        claims = [claim for claim in await self._io_call(self.work.recover) if claim.folder not in ours]
+        set_aside = 0
+        for claim in claims:
+            self._claims.add(claim)
+            if claim.exits >= self.config.crash_loop_exits:
+                await self._set_aside(claim)
+                set_aside += 1
+                continue
+            await self._io_call(self.work.bump, claim)
+            await self._io_call(self.work.claim_sidecar, claim)
+            self._waiting.append(claim)
+        if claims:
+            await self._io_call(self.work.sync)
+            log.warning(
+                "inputs left in flight by an unclean exit: tried again first, or set aside",
+                again=len(claims) - set_aside,
+                set_aside=set_aside,
+            )
+
+    async def _set_aside(self, claim: Claim) -> None:
+        message = (
+            f"the input was in flight at {claim.exits} unclean exits of docsumd in a row (crash, kill, "
+            "power cut or fatal error); it was set aside unread so that it cannot stop the service "
+            "again. Move it back into the inbox to try it once more."
+        )
+        record = failure_record(
+            doc_id=_doc_id(claim),
+            source=SOURCE_NAME,
+            error=DocumentError("crash_loop", message),
+            metadata=name_fields(claim.name),
+            sha256=None,
+            input_bytes=None,
+        )
+        await self._fail(claim, record)
+        observe_failed(SOURCE_NAME, "crash_loop")
+        log.error("input set aside after repeated unclean exits", doc_id=_doc_id(claim), exits=claim.exits)
+
+    # -- work items --------------------------------------------------------------------------------
+
+    def _work_item(self, claim: Claim) -> WorkItem:
+        return WorkItem(
+            id=_doc_id(claim),
+            source=SOURCE_NAME,
+            load=lambda: self._load(claim),
+            on_complete=lambda record: self._complete(claim, record),
+            on_fail=lambda record: self._fail(claim, record),
+            metadata=name_fields(claim.name),
+            load_options=lambda: self._load_options(claim),
+        )
+
+    async def _load(self, claim: Claim) -> bytes:
+        try:
+            return await self._io_call(read_regular_file, claim.document, self.max_input_bytes)
+        except TimeoutError as exc:
+            raise DocumentError(
+                "unreadable",
+                f"reading the input took longer than {self.config.io_timeout_seconds:g} s "
+                "(io_timeout_seconds; a hung file system?)",
+            ) from exc
+
+    async def _load_options(self, claim: Claim) -> bytes | None:
+        try:
+            return await self._io_call(self._read_options, claim)
+        except TimeoutError as exc:
+            raise DocumentError(
+                "invalid_options",
+                f"reading {display_name(claim.sidecar or '')} took longer than "
+                f"{self.config.io_timeout_seconds:g} s (io_timeout_seconds)",
+            ) from exc
+
+    def _read_options(self, claim: Claim) -> bytes | None:
+        """The sidecar's bytes, or None without one. DocumentError if it cannot be read, is not a
+        regular file (a link is never followed, a FIFO never waited on) or is huge (I/O thread)."""
+        if claim.sidecar_problem is not None:
+            raise DocumentError("invalid_options", claim.sidecar_problem)
+        path, sidecar = claim.sidecar_path, display_name(claim.sidecar or "")
+        if path is None:
+            return None
+        try:
+            data = read_bounded(path, MAX_OPTIONS_BYTES)
+        except NotRegularFileError as exc:
+            raise DocumentError("invalid_options", f"{sidecar} is not read: {exc}") from exc
+        except OSError as exc:
+            if is_fd_exhaustion(exc):
+                raise  # waited out by _io_call, not the sidecar's fault
+            raise DocumentError("invalid_options", f"cannot read {sidecar}: {exc.strerror or exc}") from exc
+        if len(data) > MAX_OPTIONS_BYTES:
+            raise DocumentError("invalid_options", f"{sidecar} is over {MAX_OPTIONS_BYTES} bytes")
+        return data
 
     # -- acknowledgement -------------------------------------------------------------------------
 
-    def _work_item(self, name: str) -> WorkItem:
-        path = self.config.inbox / name
-        return WorkItem(
-            id=name,
-            source=SOURCE_NAME,
-            load=lambda: read_input_file(path, self.max_input_bytes),
-            on_complete=lambda record: self._complete(name, record),
-            on_fail=lambda record: self._fail(name, record),
-            metadata={"file_name": name},
-            load_options=lambda: retry_on_fd_exhaustion(
-                lambda: self._read_options(name), where="reading an options sidecar"
-            ),
+    async def _complete(self, claim: Claim, record: Record) -> None:
+        await self._write_record(self.sink.write_result, claim, record)
+        await self._settle(claim, self.config.done)
+
+    async def _fail(self, claim: Claim, record: Record) -> None:
+        await self._write_record(self.sink.write_failure, claim, record)
+        await self._settle(claim, self.config.failed)
+
+    async def _write_record(
+        self, write: Callable[[str, Record], Awaitable[Path]], claim: Claim, record: Record
+    ) -> None:
+        """Write the claim's record under its stem. Nothing is acknowledged yet, so anything but a
+        fatal sink error is this document's failure (:class:`DocumentError`)."""
+        try:
+            await write(claim.stem, record)
+        except (SinkError, DocumentError):
+            raise
+        except Exception as exc:
+            log.exception("unexpected error writing a record")
+            raise DocumentError("internal_error", f"its record could not be written: {exc!r}") from exc
+
+    async def _settle(self, claim: Claim, folder: Path) -> None:
+        try:
+            await self._io_call(self.work.settle, claim, folder)
+        except (OSError, TimeoutError) as exc:
+            raise SinkError(f"cannot move {_doc_id(claim)!r} to {folder}: {exc}") from exc
+        self._claims.discard(claim)
+
+    async def _io_call(self, function: Callable[..., T], *args: object) -> T:
+        """``function(*args)`` on the I/O threads, within ``io_timeout_seconds`` (else TimeoutError).
+        Out of file descriptors, it is tried again until some come back (:mod:`daemon.fd_exhaustion`):
+        not the document's fault, and no reason to stop; every call passed here is safe to repeat."""
+        return await retry_on_fd_exhaustion(
+            functools.partial(function, *args),
+            where="folder I/O",
+            run=lambda call: self._io.run(call, time_limit=self.config.io_timeout_seconds),
         )
 
-    def _read_options(self, name: str) -> bytes | None:
-        """The sidecar's bytes, or None without one. DocumentError if it cannot be read or is huge."""
-        for sidecar in sidecar_names(name):
-            path = self.config.inbox / sidecar
-            try:
-                with path.open("rb") as file:
-                    data = file.read(MAX_OPTIONS_BYTES + 1)
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                if is_fd_exhaustion(exc):
-                    raise  # retried by the caller: not the sidecar's fault
-                raise DocumentError("invalid_options", f"cannot read {sidecar}: {exc}") from exc
-            if len(data) > MAX_OPTIONS_BYTES:
-                raise DocumentError("invalid_options", f"{sidecar} is over {MAX_OPTIONS_BYTES} bytes")
-            return data
-        return None
 
-    async def _complete(self, name: str, record: Record) -> None:
-        await self.sink.write_result(name, record)
-        await self._move(name, self.config.done)
-
-    async def _fail(self, name: str, record: Record) -> None:
-        await self.sink.write_failure(name, record)
-        await self._move(name, self.config.failed)
-
-    async def _move(self, name: str, folder: Path) -> None:
-        source, target = self.config.inbox / name, folder / name
-        try:
-            await asyncio.to_thread(os.replace, source, target)
-            # Only the folder syncs open anything, so only they can run out of descriptors; they are
-            # retried alone (the rename is done and must not be repeated).
-            await retry_on_fd_exhaustion(lambda: sync_move(source, target), where="moving an input")
-        except FileNotFoundError:
-            log.warning("input vanished from the inbox before it could be moved", doc_id=name)
-        except OSError as exc:
-            raise SinkError(f"cannot move {name} to {folder}: {exc}") from exc
-        finally:
-            self._known.discard(name)
-        moved = await asyncio.to_thread(self._move_sidecar, name, folder)
-        if moved is not None:
-            try:
-                await retry_on_fd_exhaustion(lambda: sync_move(*moved), where="moving an input")
-            except OSError as exc:
-                log.warning("cannot sync an options sidecar's move", doc_id=name, error=str(exc))
-
-    def _move_sidecar(self, name: str, folder: Path) -> tuple[Path, Path] | None:
-        """Rename the sidecar that applies to ``name`` (the first that exists), and no other: a stem
-        sidecar behind a full-name one may belong to another document with the same stem. Returns the
-        ``(source, target)`` renamed, whose folders the caller syncs, or None."""
-        # After the document: a crash in between leaves the sidecar in the inbox, where it is inert.
-        for sidecar in sidecar_names(name):
-            source, target = self.config.inbox / sidecar, folder / sidecar
-            try:
-                os.replace(source, target)  # opens nothing: cannot run out of descriptors
-            except FileNotFoundError:
-                continue
-            except OSError as exc:
-                log.warning("cannot move an options sidecar", doc_id=name, sidecar=sidecar, error=str(exc))
-                return None
-            return source, target
-        return None
+def _doc_id(claim: Claim) -> str:
+    return display_name(claim.name)

@@ -16,6 +16,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,6 +76,11 @@ class Layout:
         return self.root / "failed"
 
     @property
+    def work(self) -> Path:
+        """The default work folder, where inputs in flight are (hidden, inside the inbox)."""
+        return self.inbox / ".docsumd-work"
+
+    @property
     def config(self) -> Path:
         return self.root / "docsumd.toml"
 
@@ -124,6 +130,21 @@ class Layout:
         """Input files (not result or error records) in ``folder``."""
         return {n for n in self.names(folder) if not n.endswith((".summary.json", ".error.json"))}
 
+    def inputs_in_work(self) -> set[str]:
+        """Inputs claimed into the work folder (in flight, or left by a crash), by their names."""
+        if not self.work.exists():
+            return set()
+        return {
+            path.name
+            for claim in self.work.iterdir()
+            for path in claim.iterdir()
+            if not path.name.endswith(".options.json")
+        }
+
+    def pending(self) -> set[str]:
+        """Inputs not yet acknowledged: waiting in the inbox or claimed into its work folder."""
+        return self.inputs_in(self.inbox) | self.inputs_in_work()
+
     def result(self, name: str) -> dict[str, Any]:
         data: dict[str, Any] = json.loads((self.outbox / f"{name}.summary.json").read_text(encoding="utf-8"))
         return data
@@ -136,7 +157,7 @@ class Layout:
 def drop_file(folder: Path, name: str, data: bytes) -> None:
     """Put a file into ``folder`` the recommended way: write a hidden temp file, then rename."""
     folder.mkdir(parents=True, exist_ok=True)
-    tmp = folder / f".{name}.incoming"
+    tmp = folder / f".incoming-{uuid.uuid4().hex}"  # not .NAME.incoming: NAME may have 255 bytes
     tmp.write_bytes(data)
     os.replace(tmp, folder / name)
 

@@ -78,7 +78,7 @@ def test_folder_end_to_end(layout: Layout, start_daemon: Callable[..., DaemonPro
             time.sleep(0.15)  # under settle_seconds (0.3): the file is still "growing"
 
     def all_settled() -> bool:
-        return not (set(inputs) & layout.inputs_in(layout.inbox))
+        return not (set(inputs) & layout.pending())
 
     wait_for(all_settled, 300, "every input to leave the inbox")
 

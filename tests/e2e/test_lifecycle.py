@@ -36,14 +36,16 @@ def _fill_inbox(layout: Layout, corpus: Path, count: int) -> dict[str, bytes]:
 
 
 def _check_consistent(layout: Layout, inputs: dict[str, bytes]) -> None:
-    """Each input is in exactly one place; acknowledged ones have their complete record."""
-    inbox, done, failed = (
+    """Each input is in exactly one place; acknowledged ones have their complete record. Inputs in
+    flight at a crash are in the inbox's work folder (claimed), and count as unacknowledged."""
+    inbox, work, done, failed = (
         layout.inputs_in(layout.inbox),
+        layout.inputs_in_work(),
         layout.inputs_in(layout.done),
         layout.inputs_in(layout.failed),
     )
-    assert inbox | done | failed == set(inputs), "an input went missing"
-    assert len(inbox) + len(done) + len(failed) == len(inputs), "an input is in two places"
+    assert inbox | work | done | failed == set(inputs), "an input went missing"
+    assert len(inbox) + len(work) + len(done) + len(failed) == len(inputs), "an input is in two places"
     for name in done:
         result = layout.result(name)  # parses: never a partial file
         assert result["sha256"] == hashlib.sha256(inputs[name]).hexdigest()
@@ -93,7 +95,9 @@ def test_sigterm_drains_in_flight_documents(
     daemon = start_daemon({"NOTIFY_SOCKET": str(notify.path), "WATCHDOG_USEC": "1000000"})
     daemon.wait_ready()
     wait_for(lambda: any("READY=1" in m for m in notify.messages), 10, "READY=1 on the notify socket")
-    # All twelve are taken in at once (the in-flight limit is 128); stop while they run.
+    # All twelve are taken in (claimed out of the inbox) at once: the in-flight limit is 128. Stop
+    # while they run.
+    wait_for(lambda: not layout.inputs_in(layout.inbox), 60, "all twelve to be taken in")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit(timeout=300) == 0, daemon.log_tail()
     assert daemon.leftover_processes() == []
@@ -143,7 +147,7 @@ def test_kill_9_then_restart_loses_nothing(
     first.kill_group()  # kill -9 of the daemon and its engine processes, as a crash plus systemd would
     assert first.leftover_processes() == []
     done_before_crash = layout.inputs_in(layout.done)
-    assert layout.inputs_in(layout.inbox), "the crash came too late: nothing was left to redo"
+    assert layout.pending(), "the crash came too late: nothing was left to redo"
     _check_consistent(layout, inputs)
     # A result written just before the crash, whose input was not yet moved, is simply redone.
     results_before_crash = {
@@ -154,7 +158,7 @@ def test_kill_9_then_restart_loses_nothing(
 
     second = start_daemon()
     second.wait_ready()
-    wait_for(lambda: not layout.inputs_in(layout.inbox), 300, "the restarted daemon to finish the backlog")
+    wait_for(lambda: not layout.pending(), 300, "the restarted daemon to finish the backlog")
     second.signal(signal.SIGTERM)
     assert second.wait_exit() == 0, second.log_tail()
 

@@ -170,16 +170,16 @@ def test_reading_an_input_raises_exhaustion_not_unreadable(
 async def test_writing_a_record_out_of_descriptors_is_retried(
     tmp_path: Path, recorded: Recorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = folder_sink_module.write_json_atomic
+    real = folder_sink_module.write_atomic
     tries = {"n": 0}
 
-    def flaky(path: Path, record: Any) -> None:
+    def flaky(path: Path, data: bytes) -> None:
         tries["n"] += 1
         if tries["n"] <= 3:
             raise EMFILE
-        real(path, record)
+        real(path, data)
 
-    monkeypatch.setattr(folder_sink_module, "write_json_atomic", flaky)
+    monkeypatch.setattr(folder_sink_module, "write_atomic", flaky)  # what the sink writes with
     sink = folder_sink_module.FolderSink(tmp_path / "out", tmp_path / "failed")
     await sink.start()
     written = await sink.write_result("doc.txt", {"id": "doc.txt"})

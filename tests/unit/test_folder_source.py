@@ -209,7 +209,7 @@ def _write_at(path: Path, data: bytes, clock: FakeClock, *, append: bool = False
     os.utime(path, ns=(int(clock.wall * 1e9), int(clock.wall * 1e9)))
 
 
-def test_growing_file_is_handed_out_only_after_settle_seconds(
+async def test_growing_file_is_handed_out_only_after_settle_seconds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeClock()
@@ -220,19 +220,19 @@ def test_growing_file_is_handed_out_only_after_settle_seconds(
     path = config.inbox / "grow.txt"
     _write_at(path, b"part one\n", clock)  # mtime == now: a fresh file
 
-    source._scan()
-    assert source._next_ready() is None
+    await source._scan()
+    assert await source._next_ready() is None
     clock.advance(0.6)
     _write_at(path, b"part two\n", clock, append=True)  # still growing
-    assert source._next_ready() is None
+    assert await source._next_ready() is None
     clock.advance(0.9)  # 0.9 s since the last change: not yet
-    assert source._next_ready() is None
+    assert await source._next_ready() is None
     clock.advance(0.2)  # 1.1 s since the last change
-    assert source._next_ready() == "grow.txt"
+    assert await source._next_ready() == "grow.txt"
     assert source.backlog == 0
 
 
-def test_old_file_is_ready_at_first_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_old_file_is_ready_at_first_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock()
     monkeypatch.setattr(folder_module, "time", clock)
     config = make_config(tmp_path, settle=1.0, rescan=1e9)
@@ -240,8 +240,8 @@ def test_old_file_is_ready_at_first_look(tmp_path: Path, monkeypatch: pytest.Mon
     source = make_source(config)
     _write_at(config.inbox / "old.txt", b"text\n", clock)
     clock.advance(5.0)  # written five seconds before the source first sees it
-    source._scan()
-    assert source._next_ready() == "old.txt"
+    await source._scan()
+    assert await source._next_ready() == "old.txt"
 
 
 async def test_growing_file_waits_settle_seconds_after_its_last_write(tmp_path: Path) -> None:
@@ -267,19 +267,19 @@ async def test_growing_file_waits_settle_seconds_after_its_last_write(tmp_path: 
     assert handed_out_at - last_write_before >= settle - 0.05
 
 
-def test_file_removed_while_settling_is_forgotten(tmp_path: Path) -> None:
+async def test_file_removed_while_settling_is_forgotten(tmp_path: Path) -> None:
     config = make_config(tmp_path, settle=1.0)
     config.inbox.mkdir()
     source = make_source(config)
     path = config.inbox / "brief.txt"
     path.write_text("fresh\n")
-    source._scan()
+    await source._scan()
     assert source.backlog == 1
     path.unlink()
-    assert source._next_ready() is None
+    assert await source._next_ready() is None
     assert source.backlog == 0
     path.write_text("again\n")  # the same name may come back and must be seen again
-    source._scan()
+    await source._scan()
     assert source.backlog == 1
 
 
@@ -367,33 +367,61 @@ async def test_periodic_rescan_finds_files_without_the_watcher(
 # -- in flight -------------------------------------------------------------------------------------
 
 
-def test_rescans_do_not_hand_out_a_file_twice(tmp_path: Path) -> None:
+async def test_rescans_do_not_hand_out_a_file_twice(tmp_path: Path) -> None:
     config = make_config(tmp_path)
     write_old(config.inbox / "a.txt")
     source = make_source(config)
-    source._scan()
-    assert source._next_ready() == "a.txt"
-    source._scan()
-    source._scan()
-    assert source._next_ready() is None
+    await source._scan()
+    assert await source._next_ready() == "a.txt"
+    await source._scan()
+    await source._scan()
+    assert await source._next_ready() is None
     assert source.backlog == 0
 
 
 async def test_file_in_flight_is_not_handed_out_again(tmp_path: Path) -> None:
     config = make_config(tmp_path, rescan=0.05)  # rescans all the time
-    write_old(config.inbox / "a.txt", age=900)
+    write_old(config.inbox / "a.txt", b"first\n", age=900)
     async with make_source(config) as source:
         collector = Collector(source)
         try:
             first = await collector.next()
             assert first.id == "a.txt"
-            write_old(config.inbox / "a.txt", b"touched while in flight\n", age=800)  # events + new mtime
-            await asyncio.sleep(0.3)  # several rescans
-            (config.inbox / "b.txt").write_bytes(b"b\n")  # fresh: a second a.txt would be ready first
+            await asyncio.sleep(0.3)  # several rescans: the claimed file is not seen again
+            (config.inbox / "b.txt").write_bytes(b"b\n")
             second = await collector.next()
         finally:
             await collector.close()
     assert second.id == "b.txt"
+    assert await first.load() == b"first\n"
+
+
+async def test_file_written_under_an_in_flight_name_is_a_new_input(tmp_path: Path) -> None:
+    # Changed with the work folder: the in-flight file was claimed out of the inbox, so a file written
+    # under its name is a new input, not a change to the one in flight (which keeps its own bytes).
+    config = make_config(tmp_path, rescan=0.05)
+    write_old(config.inbox / "a.txt", b"first\n", age=900)
+    async with make_source(config) as source:
+        collector = Collector(source)
+        try:
+            first = await collector.next()
+            write_old(config.inbox / "a.txt", b"touched while in flight\n", age=800)
+            second = await collector.next()
+        finally:
+            await collector.close()
+        await first.complete({"n": 1})
+        await second.complete({"n": 2})
+    assert (first.id, second.id) == ("a.txt", "a.txt")
+    assert inbox_is_empty(config)
+    assert (config.done / "a.txt").read_bytes() == b"first\n"
+    assert (config.done / "a.txt~2").read_bytes() == b"touched while in flight\n"
+    assert json.loads((config.outbox / "a.txt.summary.json").read_text()) == {"n": 1}
+    assert json.loads((config.outbox / "a.txt~2.summary.json").read_text()) == {"n": 2}
+
+
+def inbox_is_empty(config: FolderSourceConfig) -> bool:
+    """The inbox holds nothing (the work folder was removed at stop)."""
+    return list(config.inbox.iterdir()) == []
 
 
 async def test_completed_name_can_arrive_again(tmp_path: Path) -> None:
@@ -511,7 +539,7 @@ async def test_start_twice_is_harmless(tmp_path: Path) -> None:
         try:
             first = await collector.next()
             write_old(config.inbox / "b.txt", age=1)
-            source._scan()
+            await source._scan()
             second = await collector.next()
         finally:
             await collector.close()

@@ -186,3 +186,40 @@ async def test_a_result_the_sink_cannot_write_for_this_document_becomes_its_fail
     assert acks.failed["big"]["reason"] == "too_large"
     assert "max_request_bytes" in acks.failed["big"]["message"]
     assert acks.failed["big"]["sha256"] is not None
+
+
+async def test_a_result_that_cannot_be_written_becomes_the_documents_failure(
+    pipeline: DocumentPipeline, finished: list[tuple[str, str]]
+) -> None:
+    # The sink refuses this one record (it cannot be encoded, or its name is refused): the document
+    # fails with that reason, its input is acknowledged, and nothing is fatal.
+    acks = Acks()
+    item = acks.item("e.txt")
+
+    async def refuse(record: Record) -> None:
+        raise DocumentError("internal_error", "its record cannot be encoded as JSON")
+
+    item.on_complete = refuse
+    assert await pipeline.process(item) == "internal_error"
+    assert acks.failed["e.txt"]["reason"] == "internal_error"
+    assert "cannot be encoded" in acks.failed["e.txt"]["message"]
+    assert finished == [("e.txt", "internal_error")]
+
+
+async def test_a_failure_record_that_cannot_be_written_is_replaced_by_a_minimal_one(
+    pipeline: DocumentPipeline,
+) -> None:
+    acks = Acks()
+    item = acks.item("f.txt", b"")
+    written: list[Record] = []
+
+    async def fussy(record: Record) -> None:
+        if record["metadata"]:
+            raise DocumentError("internal_error", "its record cannot be encoded as JSON")
+        written.append(record)
+
+    item.on_fail = fussy
+    assert await pipeline.process(item) == "empty"
+    (record,) = written
+    assert (record["id"], record["reason"], record["metadata"]) == ("f.txt", "empty", {})
+    assert "could not be written" in record["message"]

@@ -14,11 +14,19 @@ from typing import Any
 
 import pytest
 
-from daemon.config import Config, EngineConfig, MetricsConfig, ServiceConfig, SummaryConfig
+from daemon.config import (
+    Config,
+    EngineConfig,
+    FolderSourceConfig,
+    MetricsConfig,
+    ServiceConfig,
+    SummaryConfig,
+)
 from daemon.errors import EngineDeadError, FatalError, RequestError
 from daemon.service import Service
 from daemon.sinks.folder import FolderSink
 from daemon.sources.files import FilesSource
+from daemon.sources.folder import FolderSource
 from tests.fakes import FakeEngine
 
 
@@ -140,3 +148,67 @@ async def test_generous_drain_lets_in_flight_documents_finish(
     await asyncio.wait_for(run, 10)
     assert not fake_engine.cancelled
     assert len(list(outbox.glob("*.summary.json"))) == 5
+
+
+# -- the folder source's crash-loop guard, through the service ---------------------------------------
+
+
+def _folder_service(
+    tmp_path: Path, engine: FakeEngine, tokenizer: Any, **service: Any
+) -> tuple[Service, FolderSourceConfig]:
+    folder = FolderSourceConfig(
+        inbox=tmp_path / "inbox",
+        outbox=tmp_path / "outbox",
+        done=tmp_path / "done",
+        failed=tmp_path / "failed",
+        settle_seconds=0.0,
+    )
+    source = FolderSource(folder, FolderSink(folder.outbox, folder.failed), max_input_bytes=1 << 20)
+    config = _config(tmp_path, **service)
+    return Service(config, engine=engine, tokenizer=tokenizer, sources=[source]), folder
+
+
+async def test_a_document_that_kills_the_engine_is_set_aside_after_three_fatal_exits(
+    tmp_path: Path, fake_engine: FakeEngine, tokenizer: Any
+) -> None:
+    fake_engine.failures["poison.txt"] = EngineDeadError("the engine died on this document")
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    (inbox / "poison.txt").write_text("A document that takes the engine down. " * 5)
+    for _ in range(3):  # each start dies on it: a fatal exit, with the input in flight
+        service, folder = _folder_service(tmp_path, fake_engine, tokenizer)
+        with pytest.raises(FatalError, match="died on this document"):
+            await asyncio.wait_for(service.run(), 30)
+    (inbox / "fine.txt").write_text("An ordinary notice about the delivery of goods. " * 5)
+    service, folder = _folder_service(tmp_path, fake_engine, tokenizer)
+    run = asyncio.create_task(service.run())
+    for _ in range(200):
+        if (folder.done / "fine.txt").exists():
+            break
+        await asyncio.sleep(0.05)
+    service.request_stop()
+    await asyncio.wait_for(run, 30)  # the fourth start lives
+    record = json.loads((folder.failed / "poison.txt.error.json").read_text())
+    assert record["reason"] == "crash_loop"
+    assert (folder.failed / "poison.txt").exists()
+    assert (folder.outbox / "fine.txt.summary.json").exists()
+
+
+async def test_a_clean_stop_gives_unfinished_folder_inputs_back_to_the_inbox(
+    tmp_path: Path, fake_engine: FakeEngine, tokenizer: Any
+) -> None:
+    fake_engine.delay = 5.0
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    for index in range(3):
+        (inbox / f"doc-{index}.txt").write_text(f"Document {index}. " * 20)
+    service, folder = _folder_service(tmp_path, fake_engine, tokenizer, drain_seconds=0.2)
+    run = asyncio.create_task(service.run())
+    for _ in range(200):
+        if len(fake_engine.cancelled) + fake_engine.active >= 3:
+            break
+        await asyncio.sleep(0.05)
+    service.request_stop()
+    await asyncio.wait_for(run, 10)
+    assert sorted(path.name for path in inbox.iterdir()) == ["doc-0.txt", "doc-1.txt", "doc-2.txt"]
+    assert not list(folder.done.iterdir())

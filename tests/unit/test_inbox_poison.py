@@ -1,0 +1,548 @@
+"""The watched folder against hostile and odd inputs (issue 10), with real folders and no engine.
+
+Each case once took the whole daemon down, read outside the inbox, or lost or overwrote an input:
+links and FIFOs swapped in at claim time, FIFO and link sidecars, files renamed over while in
+flight, names reused in ``done/`` and ``failed/``, ``p`` and ``p.error.json`` both failing, names that
+were folders or FIFOs before a file took them, editors' lock files, hung reads, and inputs that were
+in flight at one unclean exit after another. Every wait is bounded, so a hang fails the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.config import FolderSourceConfig
+from daemon.errors import DocumentError
+from daemon.records import Record
+from daemon.sinks.folder import FolderSink
+from daemon.sources import folder as folder_module
+from daemon.sources.folder import FolderSource, is_candidate_name
+from daemon.work import WorkItem
+
+WAIT = 10.0
+SECRET = b"a file outside the inbox that must never be read\n"
+
+
+def make_config(tmp_path: Path, **overrides: object) -> FolderSourceConfig:
+    values: dict[str, object] = {
+        "inbox": tmp_path / "inbox",
+        "outbox": tmp_path / "outbox",
+        "done": tmp_path / "done",
+        "failed": tmp_path / "failed",
+        "settle_seconds": 0.1,
+        "rescan_seconds": 3600.0,
+        **overrides,
+    }
+    return FolderSourceConfig.model_validate(values)
+
+
+def make_source(config: FolderSourceConfig) -> FolderSource:
+    sink = FolderSink(config.outbox, config.failed, io_timeout=config.io_timeout_seconds)
+    return FolderSource(config, sink, max_input_bytes=1 << 20)
+
+
+def write_old(path: Path, data: bytes = b"some text\n", *, age: float = 600.0) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    stamp = time.time() - age
+    os.utime(path, (stamp, stamp), follow_symlinks=False)
+    return path
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    path = tmp_path / "elsewhere" / "secret.json"
+    path.parent.mkdir()
+    path.write_bytes(SECRET)
+    return path
+
+
+class Items:
+    """Pulls work items from a source in the background; bounded waits."""
+
+    def __init__(self, source: FolderSource) -> None:
+        self.queue: asyncio.Queue[WorkItem] = asyncio.Queue()
+        self.task = asyncio.create_task(self._run(source))
+
+    async def _run(self, source: FolderSource) -> None:
+        async for item in source.items():
+            self.queue.put_nowait(item)
+
+    async def next(self, wait: float = WAIT) -> WorkItem:
+        return await asyncio.wait_for(self.queue.get(), wait)
+
+    async def none_within(self, seconds: float) -> bool:
+        try:
+            await asyncio.wait_for(self.queue.get(), seconds)
+        except TimeoutError:
+            return True
+        return False
+
+    async def close(self) -> None:
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+
+
+@contextlib.asynccontextmanager
+async def running(config: FolderSourceConfig) -> AsyncIterator[tuple[FolderSource, Items]]:
+    source = make_source(config)
+    await source.start()
+    items = Items(source)
+    try:
+        yield source, items
+    finally:
+        await items.close()
+        await source.stop()
+
+
+def failure(item: WorkItem, reason: str) -> Record:
+    return {"id": item.id, "reason": reason, "metadata": item.metadata}
+
+
+def entries(folder: Path) -> dict[str, bytes]:
+    """Regular files in ``folder`` and their bytes (links and FIFOs as markers)."""
+    found: dict[str, bytes] = {}
+    for path in sorted(folder.iterdir()):
+        if path.is_symlink():
+            found[path.name] = b"<symlink>"
+        elif path.is_fifo():
+            found[path.name] = b"<fifo>"
+        elif path.is_file():
+            found[path.name] = path.read_bytes()
+    return found
+
+
+def all_output_bytes(tmp_path: Path) -> bytes:
+    """Everything docsumd wrote or moved, regular files only, concatenated."""
+    parts = []
+    for folder in ("outbox", "done", "failed"):
+        for path in sorted((tmp_path / folder).rglob("*")):
+            if path.is_file() and not path.is_symlink():
+                parts.append(path.read_bytes())
+    return b"\n".join(parts)
+
+
+async def claim_swapped(source: FolderSource, name: str, swap: object) -> WorkItem:
+    """Let ``name`` settle as a regular file, run ``swap()`` (the attacker), then claim it."""
+    await source._scan()
+    assert await source._next_ready() == name
+    swap()  # type: ignore[operator]
+    claim = await source._claim(name)
+    assert claim is not None
+    return source._work_item(claim)
+
+
+# -- what is read is what is acknowledged ---------------------------------------------------------
+
+
+async def prepared(config: FolderSourceConfig) -> FolderSource:
+    """A source with its folders made and nothing running: the test drives each step itself."""
+    source = make_source(config)
+    config.inbox.mkdir(parents=True, exist_ok=True)
+    await source.sink.start()
+    await source._io_call(source.work.prepare)
+    return source
+
+
+async def test_a_symlink_swapped_in_at_claim_time_is_refused_unread(tmp_path: Path, secret: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "doc.txt", b"inside\n")
+    source = await prepared(config)
+
+    def swap() -> None:
+        (config.inbox / ".staged").symlink_to(secret)
+        os.replace(config.inbox / ".staged", config.inbox / "doc.txt")
+
+    item = await claim_swapped(source, "doc.txt", swap)
+    with pytest.raises(DocumentError) as caught:
+        await item.load()
+    assert caught.value.reason == "not_regular"
+    await item.fail(failure(item, "not_regular"))
+    assert (config.failed / "doc.txt").is_symlink()  # the link itself was set aside
+    assert SECRET not in all_output_bytes(tmp_path)
+    assert secret.read_bytes() == SECRET  # noqa: ASYNC240 - a test's check
+
+
+async def test_a_fifo_swapped_in_at_claim_time_is_refused_without_blocking(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "doc.txt")
+    source = await prepared(config)
+
+    def swap() -> None:
+        os.mkfifo(config.inbox / ".fifo")
+        os.replace(config.inbox / ".fifo", config.inbox / "doc.txt")
+
+    item = await claim_swapped(source, "doc.txt", swap)
+    with pytest.raises(DocumentError) as caught:
+        await asyncio.wait_for(item.load(), WAIT)
+    assert caught.value.reason == "not_regular"
+    assert "FIFO" in caught.value.message
+    await asyncio.wait_for(item.fail(failure(item, "not_regular")), WAIT)
+    assert (config.failed / "doc.txt").is_fifo()
+
+
+async def test_a_fifo_sidecar_fails_its_document_without_blocking(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "doc.txt")
+    os.mkfifo(config.inbox / "doc.txt.options.json")
+    async with running(config) as (_, items):
+        item = await items.next()
+        assert item.load_options is not None
+        with pytest.raises(DocumentError) as caught:
+            await asyncio.wait_for(item.load_options(), WAIT)
+        await asyncio.wait_for(item.fail(failure(item, "invalid_options")), WAIT)
+    assert caught.value.reason == "invalid_options"
+    assert "doc.txt.options.json" in caught.value.message
+    assert "FIFO" in caught.value.message
+    assert (config.failed / "doc.txt.options.json").is_fifo()  # moved with its document
+
+
+async def test_a_symlink_sidecar_is_not_followed(tmp_path: Path, secret: Path) -> None:
+    config = make_config(tmp_path)
+    secret.write_bytes(b'{"private_key_name": 1, "another_secret_field": 2}')  # noqa: ASYNC240
+    write_old(config.inbox / "doc.txt")
+    (config.inbox / "doc.options.json").symlink_to(secret)
+    async with running(config) as (_, items):
+        item = await items.next()
+        assert item.load_options is not None
+        with pytest.raises(DocumentError) as caught:
+            await item.load_options()
+        await item.fail(failure(item, "invalid_options"))
+    assert caught.value.reason == "invalid_options"
+    assert "symbolic link" in caught.value.message
+    assert "private_key_name" not in caught.value.message
+    assert (config.failed / "doc.options.json").is_symlink()
+
+
+async def test_a_file_renamed_over_while_in_flight_is_a_new_input(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "doc.txt", b"version one\n")
+    async with running(config) as (_, items):
+        first = await items.next()
+        staged = write_old(config.inbox / ".doc.txt.tmp", b"version two\n")
+        os.replace(staged, config.inbox / "doc.txt")
+        second = await items.next()
+        assert await first.load() == b"version one\n"  # the bytes it was claimed with
+        assert await second.load() == b"version two\n"
+        await first.complete({"v": 1})
+        await second.complete({"v": 2})
+    assert entries(config.done) == {"doc.txt": b"version one\n", "doc.txt~2": b"version two\n"}
+    assert json.loads((config.outbox / "doc.txt.summary.json").read_bytes()) == {"v": 1}
+    assert json.loads((config.outbox / "doc.txt~2.summary.json").read_bytes()) == {"v": 2}
+
+
+# -- nothing is overwritten --------------------------------------------------------------------------
+
+
+async def test_a_name_reused_never_overwrites_earlier_inputs_or_results(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    for version in (1, 2, 3):
+        write_old(config.inbox / "p", f"version {version}\n".encode())
+        async with running(config) as (_, items):
+            item = await items.next()
+            await item.complete({"v": version})
+    assert entries(config.done) == {"p": b"version 1\n", "p~2": b"version 2\n", "p~3": b"version 3\n"}
+    results = {path.name: json.loads(path.read_bytes()) for path in config.outbox.iterdir()}
+    assert results == {"p.summary.json": {"v": 1}, "p~2.summary.json": {"v": 2}, "p~3.summary.json": {"v": 3}}
+
+
+async def test_p_and_p_error_json_that_both_fail_keep_their_inputs_and_records(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "p", b"input p\n", age=900)
+    write_old(config.inbox / "p.error.json", b"input p.error.json\n", age=800)
+    async with running(config) as (_, items):
+        for _ in range(2):
+            item = await items.next()
+            await item.fail(failure(item, "empty"))
+    files = entries(config.failed)
+    records = {name: json.loads(data) for name, data in files.items() if name.endswith(".error.json")}
+    inputs = {name: data for name, data in files.items() if name not in records}
+    assert sorted(inputs.values()) == [b"input p\n", b"input p.error.json\n"]
+    assert sorted(record["id"] for record in records.values()) == ["p", "p.error.json"]
+    assert inputs["p.error.json~2"] == b"input p.error.json\n"  # an input never takes a record's name
+
+
+async def test_a_failed_name_reused_keeps_every_input_and_record(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    for version in (1, 2):
+        write_old(config.inbox / "bad.txt", f"v{version}".encode())
+        async with running(config) as (_, items):
+            item = await items.next()
+            await item.fail({"v": version})
+    assert entries(config.failed) == {
+        "bad.txt": b"v1",
+        "bad.txt.error.json": b'{\n  "v": 1\n}\n',
+        "bad.txt~2": b"v2",
+        "bad.txt~2.error.json": b'{\n  "v": 2\n}\n',
+    }
+
+
+# -- which names are documents ---------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["~$report.docx", "report.txt~", ".report.txt.swp", "report.txt.swo", "report.txt.swx", "report.swn",
+     "#report.txt#", ".#report.txt", ".~lock.report.odt#", "report.txt.bak", "report.txt.kate-swp"],
+)  # fmt: skip
+def test_editor_lock_swap_and_backup_names_are_not_documents(name: str) -> None:
+    assert not is_candidate_name(name)
+
+
+@pytest.mark.parametrize("name", ["#1 report.txt", "report#.txt", "~report.txt", "a~b.txt", "#"])
+def test_names_that_only_look_like_editor_files_are_documents(name: str) -> None:
+    assert is_candidate_name(name)
+
+
+async def test_editor_files_in_the_inbox_are_left_alone(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    ignored = ["~$report.docx", "report.txt~", "report.txt.swx", "#report.txt#", "report.bak"]
+    for name in ignored:
+        write_old(config.inbox / name, age=900)
+    write_old(config.inbox / "report.txt", age=10)
+    async with running(config) as (source, items):
+        assert source.backlog == 1
+        assert (await items.next()).id == "report.txt"
+    assert sorted(entries(config.inbox)) == sorted(ignored)
+
+
+@pytest.mark.parametrize("kind", ["folder", "fifo", "symlink"])
+async def test_a_name_that_was_not_a_file_is_picked_up_once_a_file_takes_it(
+    tmp_path: Path, kind: str, secret: Path
+) -> None:
+    config = make_config(tmp_path, rescan_seconds=0.2)
+    config.inbox.mkdir()
+    path = config.inbox / "later.txt"
+    if kind == "folder":
+        path.mkdir()
+    elif kind == "fifo":
+        os.mkfifo(path)
+    else:
+        path.symlink_to(secret)
+    async with running(config) as (source, items):
+        source._add("later.txt")  # as a watcher event for it would
+        for _ in range(200):  # looked at, and let go of (bounded: a loaded machine may be slow)
+            if source.backlog == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert source.backlog == 0
+        assert await items.none_within(0.3)
+        if kind == "folder":
+            path.rmdir()
+        else:
+            path.unlink()
+        write_old(path, b"a real file now\n")
+        item = await items.next()
+    assert item.id == "later.txt"
+
+
+# -- hung reads ------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def hang() -> Iterator[threading.Event]:
+    release = threading.Event()
+    yield release
+    release.set()
+
+
+async def test_a_hung_read_fails_its_document_after_the_timeout(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hang: threading.Event
+) -> None:
+    def stuck_read(path: Path, max_bytes: int) -> bytes:
+        hang.wait(60)  # a stale NFS or FUSE mount
+        return b""
+
+    monkeypatch.setattr(folder_module, "read_regular_file", stuck_read)
+    config = make_config(tmp_path, io_timeout_seconds=0.3)
+    write_old(config.inbox / "slow.txt")
+    write_old(config.inbox / "fine.txt", age=10)
+    async with running(config) as (_, items):
+        slow = await items.next()
+        started = time.monotonic()
+        with pytest.raises(DocumentError) as caught:
+            await slow.load()
+        assert time.monotonic() - started < 5
+        assert caught.value.reason == "unreadable"
+        assert "longer than 0.3 s" in caught.value.message
+        await slow.fail(failure(slow, "unreadable"))
+        fine = await items.next()  # the source goes on
+    assert fine.id == "fine.txt"
+    assert "slow.txt" in entries(config.failed)
+
+
+# -- unclean exits and the crash-loop guard -------------------------------------------------------
+
+
+async def crash_with_in_flight(config: FolderSourceConfig, expected: str) -> None:
+    """One run that takes ``expected`` in and ends without settling it or stopping cleanly."""
+    async with running(config) as (_, items):
+        item = await items.next()
+        assert item.id == expected
+
+
+def claim_folders(config: FolderSourceConfig) -> list[str]:
+    return sorted(path.name for path in config.work_folder.iterdir())
+
+
+async def test_an_input_left_in_flight_is_handed_out_first_at_the_next_start(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "first.txt", b"first\n", age=900)
+    write_old(config.inbox / "doc.options.json", b'{"style": "bullets"}')
+    await crash_with_in_flight(config, "first.txt")
+    assert claim_folders(config) == ["1.first.txt"]
+    write_old(config.inbox / "doc.txt", age=2000)  # older, but the claim left in flight goes first
+    async with running(config) as (source, items):
+        assert source.backlog == 2
+        again = await items.next()
+        assert (again.id, await again.load()) == ("first.txt", b"first\n")
+        assert claim_folders(config) == ["1.doc.txt", "2.first.txt"]
+        other = await items.next()
+        assert other.load_options is not None
+        assert await other.load_options() == b'{"style": "bullets"}'
+        await again.complete({"ok": True})
+        await other.complete({"ok": True})
+    assert sorted(entries(config.done)) == ["doc.options.json", "doc.txt", "first.txt"]
+    assert not config.work_folder.exists()  # the default work folder is removed when empty
+
+
+async def test_an_input_in_flight_at_three_unclean_exits_is_set_aside(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    assert config.crash_loop_exits == 3
+    write_old(config.inbox / "poison.txt", b"kills the engine\n")
+    write_old(config.inbox / "poison.txt.options.json", b"{}")
+    for exits in (1, 2, 3):
+        await crash_with_in_flight(config, "poison.txt")
+        assert claim_folders(config) == [f"{exits}.poison.txt"]
+    write_old(config.inbox / "next.txt")
+    async with running(config) as (source, items):
+        assert source.backlog == 1
+        assert (await items.next()).id == "next.txt"  # the poison is not handed out again
+    record = json.loads((config.failed / "poison.txt.error.json").read_bytes())
+    assert record["reason"] == "crash_loop"
+    assert (record["id"], record["metadata"]) == ("poison.txt", {"file_name": "poison.txt"})
+    assert "3 unclean exits" in record["message"]
+    assert (config.failed / "poison.txt").read_bytes() == b"kills the engine\n"
+    assert (config.failed / "poison.txt.options.json").read_bytes() == b"{}"
+
+
+async def test_a_clean_stop_gives_unsettled_inputs_back_to_the_inbox(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "doc.txt", b"unfinished\n")
+    write_old(config.inbox / "doc.options.json", b"{}")
+    async with running(config) as (source, items):
+        await items.next()
+        await source.release_unsettled()
+    assert entries(config.inbox) == {"doc.txt": b"unfinished\n", "doc.options.json": b"{}"}
+    assert not config.work_folder.exists()
+
+
+async def test_a_clean_stop_keeps_a_claim_whose_name_was_taken_and_resets_its_count(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "doc.txt", b"unfinished\n")
+    await crash_with_in_flight(config, "doc.txt")  # 1 unclean exit
+    async with running(config) as (source, items):
+        await items.next()
+        write_old(config.inbox / "doc.txt", b"a new one\n", age=1)  # takes the name in the inbox
+        await source.release_unsettled()
+    assert entries(config.inbox) == {"doc.txt": b"a new one\n"}
+    assert claim_folders(config) == ["0.doc.txt"]
+    async with running(config) as (_, items):  # both are processed; nothing lost
+        first, second = await items.next(), await items.next()
+        assert sorted([await first.load(), await second.load()]) == [b"a new one\n", b"unfinished\n"]
+
+
+async def test_a_crash_while_claiming_or_settling_is_finished_at_the_next_start(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    work = config.work_folder
+    (work / "1.empty.txt").mkdir(parents=True)  # a crash between creating the claim and the rename
+    (work / "1.gone.txt").mkdir()  # a crash after the document was acknowledged, before its sidecar
+    write_old(work / "1.gone.txt" / "gone.options.json", b"{}")
+    write_old(config.failed / "gone.txt.error.json", b"{}")
+    write_old(work / "stray-file")  # not ours: left alone
+    async with running(config) as (source, _):
+        assert source.backlog == 0
+    assert sorted(path.name for path in work.iterdir()) == ["stray-file"]
+    assert (config.failed / "gone.options.json").read_bytes() == b"{}"
+
+
+# -- config ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("work", "message"),
+    [
+        ("inbox/work", "hidden folder directly in it"),
+        ("inbox/.a/.b", "hidden folder directly in it"),
+        ("done", "folder of its own"),
+        ("done/work", "folder of its own"),
+        ("inbox", "folder of its own"),
+    ],
+)
+def test_a_work_folder_that_could_be_read_as_input_or_output_is_refused(
+    tmp_path: Path, work: str, message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        make_config(tmp_path, work=tmp_path / work)
+
+
+def test_a_work_folder_of_its_own_is_accepted(tmp_path: Path) -> None:
+    assert make_config(tmp_path, work=tmp_path / "work").work_folder == tmp_path / "work"
+    assert make_config(tmp_path, work=tmp_path / "inbox" / ".mine").work_folder.name == ".mine"
+    assert make_config(tmp_path).work_folder == tmp_path / "inbox" / ".docsumd-work"
+
+
+async def test_a_source_started_again_in_one_process_does_not_count_its_own_claims(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "doc.txt")
+    source = make_source(config)
+    await source.start()
+    items = Items(source)
+    item = await items.next()
+    await items.close()
+    await source.stop()
+    await source.start()
+    try:
+        assert source.backlog == 0  # not taken for one left by an unclean exit
+        assert claim_folders(config) == ["1.doc.txt"]
+    finally:
+        await source.stop()
+    await item.complete({"ok": True})
+    assert (config.done / "doc.txt").exists()
+
+
+# -- the watcher -------------------------------------------------------------------------------------
+
+
+async def test_a_failed_watcher_is_started_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # watchfiles gives up on a batch holding a name that is not UTF-8: the watcher must come back.
+    runs: list[float] = []
+    watch_once = FolderSource._watch_once
+
+    async def flaky(self: FolderSource) -> None:
+        runs.append(time.monotonic())
+        if len(runs) == 1:
+            raise RuntimeError('Unable to decode path "inbox/\\xFF"')
+        await watch_once(self)
+
+    monkeypatch.setattr(FolderSource, "_watch_once", flaky)
+    config = make_config(tmp_path)  # no periodic rescan within the test: only the watcher finds files
+    async with running(config) as (_, items):
+        for _ in range(100):
+            if len(runs) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert len(runs) == 2
+        await asyncio.sleep(1.2)  # the new watch is in place (its first batch)
+        (config.inbox / "new.txt").write_bytes(b"new\n")
+        assert (await items.next()).id == "new.txt"

@@ -237,6 +237,7 @@ class FolderSource(Lifecycle):
             on_fail=lambda record: self._fail(name, record),
             metadata={"file_name": name},
             load_options=lambda: asyncio.to_thread(self._read_options, name),
+            profile=self.config.profile,
         )
 
     def _read_options(self, name: str) -> bytes | None:

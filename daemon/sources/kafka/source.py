@@ -224,6 +224,7 @@ class KafkaSource(Lifecycle):
             on_fail=lambda record: self._fail(entry, parsed.id, record),
             metadata=message_metadata(entry.message),
             load_options=load_options,
+            profile=self.config.profile_for(entry.message.topic),
         )
 
     # -- acknowledgement: the committer writes or holds the output, then the offset is finished ---

@@ -123,10 +123,8 @@ class Admission:
         except asyncio.CancelledError:
             if waiter.granted.done() and not waiter.granted.cancelled():
                 self._release(cost)  # granted just as we were cancelled: give the room back
-            elif not waiter.gone:
-                waiter.gone = True
-                self._waiting_count -= 1
-                ADMISSION_WAITING.set(self._waiting_count)
+            else:
+                self._forget(waiter)
                 self._dispatch()  # the head may have changed
             raise
 
@@ -135,18 +133,28 @@ class Admission:
             return True  # a request larger than the token budget still runs, alone
         return self.inflight_requests < self.max_requests and self.inflight_tokens + cost <= self.max_tokens
 
+    def _forget(self, waiter: _Waiter) -> None:
+        """Stop counting ``waiter`` as waiting (it stays in the heap, marked gone, until it surfaces)."""
+        if not waiter.gone:
+            waiter.gone = True
+            self._waiting_count -= 1
+            ADMISSION_WAITING.set(self._waiting_count)
+
     def _dispatch(self) -> None:
         while self._waiting:
             head = self._waiting[0]
-            if head.gone:
+            # A waiter whose task was cancelled has a cancelled future at once, but runs its own
+            # clean-up only when its task next gets the loop. A release in between (another task's
+            # slot ending, e.g. while a drain cancels documents) must skip it, not grant it: setting
+            # a result on a cancelled future raises InvalidStateError in the releasing task.
+            if head.gone or head.granted.done():
                 heapq.heappop(self._waiting)
+                self._forget(head)
                 continue
             if not self._fits(head.cost):
                 return
             heapq.heappop(self._waiting)
-            head.gone = True
-            self._waiting_count -= 1
-            ADMISSION_WAITING.set(self._waiting_count)
+            self._forget(head)
             self._take(head.cost)
             head.granted.set_result(None)
 

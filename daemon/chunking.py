@@ -20,6 +20,14 @@ so a sentence cut by a token-level break is still read whole by one of the two p
 
 Documents are tokenized with special-token parsing off: a document that contains the text
 ``<|im_end|>`` gets ordinary tokens for it and cannot break out of its place in the template.
+
+Memory: a tokenizer's output for one call costs some 500-650 bytes per token in the main process
+(its token strings, offsets as Python tuples); a 5 MiB document in one call is over a million tokens,
+and that peak was the largest part of the process's memory (``bench/memory.py``). So a long text is
+tokenized in segments of about :data:`SEGMENT_CHARS` characters, cut where the tokenizer's own
+pre-tokenization would split anyway (before a space or after a line break between two non-blank
+characters), and what is kept is compact: token ids as one list sharing one int object per distinct
+id, character offsets and cut points in arrays of machine integers.
 """
 
 from __future__ import annotations
@@ -27,6 +35,8 @@ from __future__ import annotations
 import bisect
 import math
 import re
+from array import array
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -46,13 +56,20 @@ TOKEN_LEVEL: Final = len(SEPARATOR_LEVELS)
 LEVEL_NAMES: Final = ("section", "paragraph", "line", "sentence", "word", "token")
 
 
+SEGMENT_CHARS: Final = 32 * 1024
+"""A long text is tokenized in segments of about this many characters (see the module's doc)."""
+_SAFE_CUT: Final = re.compile(r"(?<=\S)[ \n](?=\S)")
+"""Where a segment may end: a space (cut before it: it opens the next word's token) or a line break
+(cut after it) between two non-blank characters. Pre-tokenizers split there whatever follows."""
+
+
 @dataclass(frozen=True, slots=True)
 class TokenizedText:
     """A text with its token ids and the character offset where each token starts."""
 
     text: str
     ids: list[int]
-    starts: list[int]
+    starts: Sequence[int]
 
     def __len__(self) -> int:
         return len(self.ids)
@@ -69,27 +86,53 @@ class TokenizedText:
 def tokenize_text(tokenizer: Any, text: str) -> TokenizedText:
     """Tokenize ``text`` as document content with offsets (special-token strings are plain text here).
 
-    Needs a fast (Rust) tokenizer, as every model vLLM serves has; about 0.6 s per MB.
+    Needs a fast (Rust) tokenizer, as every model vLLM serves has; about 0.6 s per MB. Long texts go
+    in segments, so memory stays near what is kept (see the module's doc).
     """
     if not getattr(tokenizer, "is_fast", False):
         raise TypeError("chunking needs a fast tokenizer (one with offset mappings)")
-    encoding = tokenizer(
-        text,
-        add_special_tokens=False,
-        split_special_tokens=True,
-        return_offsets_mapping=True,
-        return_attention_mask=False,
-    )
-    ids = list(encoding["input_ids"])
-    starts = _monotonic([start for start, _ in encoding["offset_mapping"]])
+    ids: list[int] = []
+    starts = array("I" if len(text) < 1 << 32 else "Q")
+    shared: dict[int, int] = {}  # one int object per distinct id: a list then costs a pointer a token
+    begin = 0
+    for end in _segment_ends(text, SEGMENT_CHARS):
+        encoding = tokenizer(
+            text[begin:end],
+            add_special_tokens=False,
+            split_special_tokens=True,
+            return_offsets_mapping=True,
+            return_attention_mask=False,
+        )
+        ids += [shared.setdefault(token, token) for token in encoding["input_ids"]]
+        floor = starts[-1] if starts else 0
+        for start, _ in encoding["offset_mapping"]:
+            # Byte-level tokens of one multi-byte character can share or repeat offsets; cuts need order.
+            floor = max(floor, begin + start)
+            starts.append(floor)
+        begin = end
     return TokenizedText(text=text, ids=ids, starts=starts)
 
 
-def _monotonic(starts: list[int]) -> list[int]:
-    # Byte-level tokens of one multi-byte character can share or repeat offsets; cuts need order.
-    for i in range(1, len(starts)):
-        starts[i] = max(starts[i], starts[i - 1])
-    return starts
+def _segment_ends(text: str, size: int) -> Iterator[int]:
+    """Where the segments of ``text`` end: about every ``size`` characters, on a safe cut in the
+    second half of each window when there is one (else anywhere: a text with no break at all)."""
+    begin = 0
+    while len(text) - begin > size:
+        end = _last_safe_cut(text, begin + size // 2, begin + size) or begin + size
+        yield end
+        begin = end
+    yield len(text)
+
+
+def _last_safe_cut(text: str, low: int, high: int) -> int | None:
+    """The last safe cut in ``(low, high)``: searched near ``high`` first, as breaks are usually close."""
+    for width in (256, 4096, high - low):
+        last = None
+        for last in _SAFE_CUT.finditer(text, max(low, high - width), high):  # noqa: B007
+            pass
+        if last is not None:
+            return last.start() if text[last.start()] == " " else last.end()
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,7 +161,7 @@ class _Breaks:
     """Token indices where a cut may fall, per separator level, sorted."""
 
     def __init__(self, tokens: TokenizedText) -> None:
-        self._levels = [sorted(_cut_points(tokens, pattern)) for pattern in SEPARATOR_LEVELS]
+        self._levels = [_cut_points(tokens, pattern) for pattern in SEPARATOR_LEVELS]
 
     def best_in(self, windows: tuple[tuple[int, int], ...]) -> tuple[int, int] | None:
         """The strongest cut in any of the ``(low, high]`` windows: (index, level).
@@ -143,23 +186,25 @@ class _Breaks:
         return min(found) if found else None
 
 
-def _cut_points(tokens: TokenizedText, pattern: re.Pattern[str]) -> set[int]:
-    """Token indices at which ``pattern``'s separators may be cut.
+def _cut_points(tokens: TokenizedText, pattern: re.Pattern[str]) -> array[int]:
+    """Token indices at which ``pattern``'s separators may be cut, increasing, in an array (a text of
+    short lines has a cut point every few tokens).
 
     A cut goes before the first token that starts at or after the separator's end; if the token
     before that one starts inside the separator (e.g. " The" after ". "), the cut goes before it, so
     the separator's whitespace opens the next chunk rather than ending in the middle of a token.
     """
     starts = tokens.starts
-    points: set[int] = set()
+    points = array("I")
     for match in pattern.finditer(tokens.text):
         if match.end() >= len(tokens.text):
             continue
         index = bisect.bisect_left(starts, match.end())
         if index > 0 and starts[index - 1] >= match.start():
             index -= 1
-        if 0 < index < len(starts):
-            points.add(index)
+        # Matches come in text order, so indices never decrease: a repeat is the only duplicate.
+        if 0 < index < len(starts) and (not points or index > points[-1]):
+            points.append(index)
     return points
 
 

@@ -290,6 +290,13 @@ class LimitsConfig(_Section):
         ge=1,
         description="Larger inputs fail with reason 'too_large' without being read into memory.",
     )
+    max_inflight_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1,
+        description="Input bytes of the documents read and in progress at once. A document waits, before "
+        "it is read when its size is known (else right after), until its bytes fit; one larger than the "
+        "whole budget runs alone. Bounds the main process's memory: see the README's sizing rule.",
+    )
 
 
 class FolderSourceConfig(_Section):
@@ -373,6 +380,27 @@ class KafkaSourceConfig(_Section):
         description="Messages fetched and not yet taken in; when full, partitions are paused (the "
         "consumer stays in its group) and resumed when there is room.",
     )
+    max_buffered_bytes: int = Field(
+        default=64 * 1024 * 1024,
+        ge=1024,
+        description="Bytes (keys, values, headers) of the messages fetched and not yet taken in; at this "
+        "many, partitions are paused as when max_buffered_messages is reached. Also the consumer's "
+        "fetch_max_bytes, so the client's own read-ahead is bounded by the same figure.",
+    )
+    max_key_bytes: int = Field(
+        default=1024,
+        ge=16,
+        description="Message keys and document ids longer than this fail with reason 'too_large' (the "
+        "dead letter keeps their first max_key_bytes, their size and SHA-256). Results carry the key and "
+        "the id, so this bounds what they copy.",
+    )
+    max_header_bytes: int = Field(
+        default=16 * 1024,
+        ge=64,
+        description="A message's headers, names and values together (plus 4 bytes per header), at most; "
+        "more fail with reason 'too_large'. Results carry the headers (as headers and in metadata), so "
+        "this bounds what they copy.",
+    )
     exactly_once: bool = Field(
         default=False,
         description="Transactional output: each commit writes the finished results and dead letters "
@@ -421,9 +449,11 @@ class KafkaSourceConfig(_Section):
     request_timeout_ms: int = Field(default=40_000, ge=1000)
     max_request_bytes: int = Field(
         default=16 * 1024 * 1024 + 1024 * 1024,
-        ge=1024,
-        description="The producer's largest request (results and dead letters); the topics' "
-        "max.message.bytes must allow what is sent.",
+        ge=8192,
+        description="The producer's largest record: every result and dead letter is built to fit it (a "
+        "result that would not fails its document with 'too_large'; a dead letter sheds its payload, then "
+        "its headers). The topics' max.message.bytes should allow it; a record the broker refuses anyway "
+        "is replaced by its reduced dead letter (see the README).",
     )
 
     def client_options(self) -> dict[str, Any]:
@@ -505,6 +535,13 @@ class ServiceConfig(_Section):
         "aborted and left unacknowledged (they are processed again on the next start).",
     )
     status_interval_seconds: float = Field(default=30.0, gt=0.0)
+    stall_seconds: float = Field(
+        default=600.0,
+        ge=0.0,
+        description="With documents in flight or waiting, no document finished and no engine request "
+        "completed for this long: /healthz answers 503 and the systemd watchdog is no longer fed, so "
+        "systemd restarts a wedged daemon. Idle with no work stays healthy. 0 turns it off.",
+    )
 
 
 class LoggingConfig(_Section):

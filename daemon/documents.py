@@ -7,7 +7,9 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
 =================  ==========================================================================
 ``empty``          zero bytes
 ``whitespace_only`` nothing but whitespace (including no-break spaces) after decoding
-``too_large``      over ``limits.max_input_bytes`` (Kafka: ``max_message_bytes``)
+``too_large``      over ``limits.max_input_bytes`` (Kafka: a value over ``max_message_bytes``, a
+                   key or ``id`` over ``max_key_bytes``, headers over ``max_header_bytes``, or a
+                   result that would not fit ``max_request_bytes``)
 ``binary``         not text: compressed or other binary formats, random bytes
 ``invalid_utf8``   text that is not valid UTF-8 (e.g. Latin-1) and carries no UTF-16/32 BOM
 ``invalid_encoding`` starts with a UTF-16/32 byte-order mark but does not decode as that encoding
@@ -17,13 +19,14 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
 ``too_long``       needs more than ``summary.max_parts`` parts (set by the summarizer)
 ``invalid_options`` the document's own options (sidecar, message fields) are not valid
 ``internal_error`` a bug met on this document (logged with its traceback)
-``invalid_message`` a Kafka message that is not a document (bad JSON, no text, no value)
+``invalid_message`` a Kafka message that is not a document (bad JSON or JSON nested too deeply
+                   to parse, no text, no value, a header whose value is null, an ``id`` or
+                   ``text`` holding a lone surrogate)
 =================  ==========================================================================
 """
 
 from __future__ import annotations
 
-import asyncio
 import codecs
 import hashlib
 import os
@@ -32,6 +35,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from daemon.errors import DocumentError
+from daemon.fd_exhaustion import is_fd_exhaustion, retry_on_fd_exhaustion
 
 # Byte-order marks, longest first (the UTF-32 LE BOM starts with the UTF-16 LE one).
 _BOMS: Final = (
@@ -93,8 +97,11 @@ def check_size(size_bytes: int, max_input_bytes: int) -> None:
 
 
 async def read_input_file(path: Path, max_input_bytes: int) -> bytes:
-    """Read a file's bytes, refusing one over the limit before reading it into memory."""
-    return await asyncio.to_thread(_read_input_file, path, max_input_bytes)
+    """Read a file's bytes, refusing one over the limit before reading it into memory. Out of file
+    descriptors, it waits and tries again (:mod:`daemon.fd_exhaustion`): that is not the input's fault."""
+    return await retry_on_fd_exhaustion(
+        lambda: _read_input_file(path, max_input_bytes), where="reading an input"
+    )
 
 
 def _read_input_file(path: Path, max_input_bytes: int) -> bytes:
@@ -104,6 +111,8 @@ def _read_input_file(path: Path, max_input_bytes: int) -> bytes:
             # Read at most one byte past the limit: a file that grew since the check is still refused.
             data = stream.read(max_input_bytes + 1)
     except OSError as exc:
+        if is_fd_exhaustion(exc):
+            raise  # retried by the caller, never the document's failure
         raise DocumentError("unreadable", f"cannot read the input: {exc.strerror or exc}") from exc
     check_size(len(data), max_input_bytes)
     return data

@@ -10,15 +10,26 @@ Two kinds of errors leave :meth:`Engine.generate`:
   a failure record and the daemon goes on.
 * :class:`EngineDeadError`: the engine is gone; nothing more can run. The service stops intake,
   leaves unfinished inputs unacknowledged and exits non-zero so its supervisor restarts it.
+
+Signals and stopping: vLLM runs the engine in child processes (EngineCore, and workers with tensor
+parallelism) that install their own SIGTERM/SIGINT handlers: on either signal EngineCore aborts every
+request and exits, which the daemon can only see as a dead engine. Only the main process may decide
+when to stop. So the engine's processes are started with SIGINT blocked (Ctrl-C at a terminal goes to
+the whole foreground process group), and the systemd unit sends SIGTERM to the main process alone
+(``KillMode=mixed``). SIGTERM itself cannot be blocked in them: it is how vLLM's own shutdown stops
+EngineCore. A deliberate :meth:`Engine.stop` also keeps vLLM from logging the engine's exit as an error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import gc
+import logging
+import signal
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +38,7 @@ from daemon.contracts import Generation, Sampling
 from daemon.errors import ConfigError, EngineDeadError, EngineError, RequestError
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
+from daemon.metrics import ENGINE_UP
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -156,6 +168,10 @@ class Engine(Lifecycle):
         if self._stopped:
             raise EngineDeadError("this engine was stopped; build a new Engine to start again")
         _check_model_path(self.config.model)
+        # Read when scraped: 0 from the moment vLLM knows its engine is dead, not only once the
+        # service has noticed (up to its watch interval later). This supersedes the service's
+        # ENGINE_UP.set() calls for the vLLM engine (they remain for other EngineClients).
+        ENGINE_UP.set_function(lambda: 1.0 if self.is_running else 0.0)
         started = time.monotonic()
         log.info("engine starting", model=self.config.model, max_model_len=self.config.max_model_len)
         try:
@@ -189,7 +205,8 @@ class Engine(Lifecycle):
     def _build(self) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return AsyncLLM.from_engine_args(engine_args(self.config))
+        with _sigint_blocked_in_new_processes():
+            return AsyncLLM.from_engine_args(engine_args(self.config))
 
     async def stop(self) -> None:
         """Shut the engine and its worker processes down (a few seconds). Safe to call twice."""
@@ -197,7 +214,15 @@ class Engine(Lifecycle):
             return
         self._stopped = True
         log.info("engine stopping")
-        await asyncio.to_thread(self._llm.shutdown)
+        llm = self._llm
+        # vLLM cancels its output handler only at the end of shutdown(); until then the handler can
+        # see EngineCore exit and log "AsyncLLM output_handler failed" (EngineDeadError) at error
+        # level, a race that paged operators on clean stops. Nothing awaits outputs any more (the
+        # service stops the engine after its drain), so cancel the handler first; the filter is the
+        # safety net for other vLLM versions.
+        await _cancel_output_handler(llm)
+        with _deliberate_shutdown_logged_as_info():
+            await asyncio.to_thread(llm.shutdown)
         # Drop the engine now: AsyncLLM.__del__ shuts down again, which fails noisily if it only
         # runs during interpreter teardown.
         self._llm = None
@@ -267,6 +292,70 @@ class Engine(Lifecycle):
         if llm.errored:
             raise EngineDeadError(f"engine died: {llm.dead_error}")
         return llm
+
+
+@contextlib.contextmanager
+def _sigint_blocked_in_new_processes() -> Iterator[None]:
+    """Block SIGINT in this (worker) thread while the engine's processes are started from it.
+
+    A child inherits the signal mask of the thread that starts it (fork, and multiprocessing's
+    spawn, which forks and execs), and a blocked signal stays blocked even after the child installs
+    a handler for it, as vLLM's EngineCore and workers do. So a SIGINT sent to the whole process
+    group (Ctrl-C at a terminal) reaches only the main process, which drains and then stops the
+    engine itself. vLLM never uses SIGINT to stop its own processes (it sends SIGTERM, then
+    SIGKILL). The mask is per thread: the main thread still receives SIGINT; it is restored before
+    the thread goes back to the pool.
+
+    Python's multiprocessing starts its resource tracker on first use (vLLM's first spawn) and
+    *unblocks* SIGINT and SIGTERM in the calling thread afterwards, whatever was blocked before; so
+    it is started here first, and later spawns leave the mask alone.
+    """
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+async def _cancel_output_handler(llm: Any) -> None:
+    handler = getattr(llm, "output_handler", None)  # vLLM's task pulling outputs from EngineCore
+    if isinstance(handler, asyncio.Task) and not handler.done():
+        handler.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await handler
+
+
+class _DeliberateShutdownFilter(logging.Filter):
+    """Turns vLLM's output-handler failure record into an info line (no traceback) during a stop."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR and record.getMessage().startswith(
+            "AsyncLLM output_handler failed"
+        ):
+            reason = repr(record.exc_info[1]) if record.exc_info else ""
+            record.msg, record.args = (
+                f"engine output handler ended by the deliberate stop {reason}".strip(),
+                (),
+            )
+            record.levelno, record.levelname = logging.INFO, "INFO"
+            record.exc_info, record.exc_text = None, None
+        return True
+
+
+@contextlib.contextmanager
+def _deliberate_shutdown_logged_as_info() -> Iterator[None]:
+    """While we shut the engine down on purpose, its exit is not an error (a real death, outside
+    :meth:`Engine.stop`, still logs one)."""
+    vllm_logger = logging.getLogger("vllm.v1.engine.async_llm")
+    quiet = _DeliberateShutdownFilter()
+    vllm_logger.addFilter(quiet)
+    try:
+        yield
+    finally:
+        vllm_logger.removeFilter(quiet)
 
 
 async def _abort(llm: Any, request_id: str) -> None:

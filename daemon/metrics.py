@@ -3,6 +3,9 @@
 Our metrics use the ``docsumd_`` prefix and bounded labels only (never a document id). They live in
 prometheus_client's default registry, beside the ``vllm:*`` metrics the in-process engine registers
 there, so one scrape returns both.
+
+The endpoint caps its connections and times out slow clients (:mod:`daemon.http_limits`): it is
+reachable by anyone who can reach the port, and must not let them use up the daemon's descriptors.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import prometheus_client
 from aiohttp import web
 from prometheus_client import Counter, Gauge, Histogram
 
+from daemon.http_limits import ConnectionLimits, LimitedListener, deadline_middleware
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
 from daemon.records import Summary
@@ -40,7 +44,7 @@ SUMMARY_TOKENS = Counter(
     "docsumd_summary_tokens", "Tokens generated for summarized documents: part, combine and final summaries."
 )
 TRUNCATED = Counter("docsumd_truncated_documents", "Documents whose summary did not read the whole text.")
-ENGINE_UP = Gauge("docsumd_engine_up", "1 while the vLLM engine is running, else 0.")
+ENGINE_UP = Gauge("docsumd_engine_up", "1 while the vLLM engine is running, else 0 (read at each scrape).")
 ENGINE_STARTING = Gauge(
     "docsumd_engine_starting", "1 while the vLLM engine is being built and warmed up (engine_up is 0 then)."
 )
@@ -88,6 +92,19 @@ KAFKA_COMMITS = Counter(
 KAFKA_PENDING_RESULTS = Gauge(
     "docsumd_kafka_pending_results",
     "Exactly-once mode: finished results held until every earlier message of their partition is finished.",
+)
+KAFKA_BUFFERED_BYTES = Gauge(
+    "docsumd_kafka_buffered_bytes",
+    "Bytes (keys, values, headers) of the messages fetched and not yet taken in.",
+)
+KAFKA_REFUSED_RECORDS = Counter(
+    "docsumd_kafka_refused_records",
+    "Results and dead letters the broker refused as too large, by what was written instead "
+    "(reduced_dead_letter, or nothing: the message's offset was committed without an output).",
+    ["written_instead"],
+)
+INFLIGHT_BYTES = Gauge(
+    "docsumd_inflight_bytes", "Input bytes of the documents read and in progress (limits.max_inflight_bytes)."
 )
 READY = Gauge("docsumd_ready", "1 once the engine is warm and the sources run, 0 while starting or draining.")
 # By profile: separate families, so the series (and queries) of the metrics above keep their labels.
@@ -151,29 +168,44 @@ class MetricsServer(Lifecycle):
     """Serves the endpoints on ``host:port``. ``start()``/``stop()`` are idempotent."""
 
     def __init__(
-        self, host: str, port: int, *, healthy: Callable[[], bool], ready: Callable[[], bool]
+        self,
+        host: str,
+        port: int,
+        *,
+        healthy: Callable[[], bool],
+        ready: Callable[[], bool],
+        limits: ConnectionLimits | None = None,
     ) -> None:
         self.host = host
         self.port = port
         self._healthy = healthy
         self._ready = ready
+        self.limits = limits or ConnectionLimits()
         self._runner: web.AppRunner | None = None
+        self.listener: LimitedListener | None = None
 
     async def start(self) -> None:
         """Bind and serve. With port 0 a free port is chosen; :attr:`port` then holds it."""
         if self._runner is not None:
             return
-        app = web.Application()
+        app = web.Application(middlewares=[deadline_middleware])
         app.router.add_get("/metrics", self._metrics)
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
-        runner = web.AppRunner(app, access_log=None)
+        # aiohttp's own keep-alive (an hour by default) no longer than ours; shutdown_timeout: a stop
+        # does not wait for a slow client.
+        runner = web.AppRunner(
+            app, access_log=None, keepalive_timeout=self.limits.idle_seconds, shutdown_timeout=1.0
+        )
         await runner.setup()
-        site = web.TCPSite(runner, self.host, self.port)
-        await site.start()
-        self._runner = runner
-        if runner.addresses:
-            self.port = int(runner.addresses[0][1])
+        listener = LimitedListener(runner, self.host, self.port, self.limits)
+        try:
+            await listener.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner, self.listener = runner, listener
+        self.port = listener.port
         log.info("metrics endpoint listening", url=f"http://{self.host}:{self.port}/metrics")
 
     async def stop(self) -> None:
@@ -181,6 +213,9 @@ class MetricsServer(Lifecycle):
         if self._runner is None:
             return
         runner, self._runner = self._runner, None
+        if self.listener is not None:
+            await self.listener.stop()
+            self.listener = None
         await runner.cleanup()
 
     async def _metrics(self, request: web.Request) -> web.Response:

@@ -6,7 +6,9 @@ Under a ``Type=notify`` unit, systemd passes a datagram socket in ``NOTIFY_SOCKE
 
 The watchdog pings come from a task on the event loop, so a loop that hangs (a blocking call, a
 deadlock) stops the pings and systemd restarts the daemon; a slow engine start does not, because the
-engine is built in a thread and the loop stays live.
+engine is built in a thread and the loop stays live. With a health check (:meth:`SystemdNotifier.
+watch_health`: the service's, which fails when work stopped moving) a ping is sent only while it
+passes, so a daemon whose loop turns but whose work is wedged is restarted too.
 
 Written out rather than taken from a library: the protocol is one datagram per message, and the
 packages that wrap it are either unmaintained (``sdnotify``) or need systemd's C headers to build
@@ -18,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+from collections.abc import Callable
 
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
@@ -35,6 +38,7 @@ class SystemdNotifier(Lifecycle):
         self.watchdog_seconds = watchdog_usec / 1e6 if watchdog_usec else None
         self._socket: socket.socket | None = None
         self._watchdog: asyncio.Task[None] | None = None
+        self._healthy: Callable[[], bool] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -64,6 +68,11 @@ class SystemdNotifier(Lifecycle):
         """A one-line status for ``systemctl status``."""
         self.send(f"STATUS={text}")
 
+    def watch_health(self, healthy: Callable[[], bool]) -> None:
+        """Send watchdog pings only while ``healthy()``: once it fails, systemd restarts the daemon
+        after ``WatchdogSec`` unless it passes again before."""
+        self._healthy = healthy
+
     async def start(self) -> None:
         """Start the watchdog pings (at half the period systemd asked for)."""
         if self._watchdog is None and self.enabled and self.watchdog_seconds:
@@ -81,8 +90,14 @@ class SystemdNotifier(Lifecycle):
             self._socket = None
 
     async def _ping(self, period: float) -> None:
+        withheld = False
         while True:
-            self.send("WATCHDOG=1")
+            if self._healthy is None or self._healthy():
+                self.send("WATCHDOG=1")
+                withheld = False
+            elif not withheld:
+                withheld = True
+                log.error("not healthy: watchdog pings withheld, systemd will restart the daemon")
             await asyncio.sleep(period)
 
 

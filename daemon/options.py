@@ -22,6 +22,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from daemon.config import ProfileName, Strategy, Style
 from daemon.errors import DocumentError
+from daemon.records import clip_text
+
+_QUOTED_BYTES = 64
+"""How much of a field name from the input a problem quotes (a name can be megabytes long)."""
 
 
 class SummaryOptions(BaseModel):
@@ -39,21 +43,31 @@ NO_OPTIONS = SummaryOptions()
 
 
 def parse_options(raw: Any) -> SummaryOptions:
-    """Validate options given as a JSON object or JSON text; DocumentError ``invalid_options`` if bad."""
+    """Validate options given as a JSON object or JSON text; DocumentError ``invalid_options`` if bad,
+    whatever the input (nested however deep, fields named however long)."""
     if raw is None:
         return NO_OPTIONS
     if isinstance(raw, bytes | str):
         try:
             raw = json.loads(raw)
+        except RecursionError:
+            # Python's parser gives up past about a thousand levels: that is the document's problem.
+            raise DocumentError("invalid_options", "options are nested too deeply to be read") from None
         except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise DocumentError("invalid_options", f"options are not valid JSON: {exc}") from None
     if not isinstance(raw, dict):
         raise DocumentError("invalid_options", f"options must be a JSON object, got {type(raw).__name__}")
     try:
         return SummaryOptions.model_validate(raw)
+    except RecursionError:
+        raise DocumentError("invalid_options", "options are nested too deeply to be read") from None
     except ValidationError as exc:
         problems = "; ".join(
-            f"{'.'.join(str(part) for part in error['loc']) or 'options'}: {error['msg']}"
-            for error in exc.errors()
+            f"{_location(error['loc'])}: {error['msg']}" for error in exc.errors(include_input=False)
         )
         raise DocumentError("invalid_options", f"invalid options: {problems}") from None
+
+
+def _location(loc: tuple[int | str, ...]) -> str:
+    """Where a problem is, as ``field.sub``; names from the input cut short."""
+    return ".".join(clip_text(str(part), _QUOTED_BYTES) for part in loc) or "options"

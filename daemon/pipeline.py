@@ -8,6 +8,9 @@ and applies the error policy of :mod:`daemon.errors` in one place:
   becomes the document's failure record; the input is acknowledged and the outcome is its reason;
 * any other exception on one document is a bug met on that document: logged with its traceback and
   recorded as ``internal_error``, so it can neither stop the stream nor crash-loop a restart;
+* a result record the sink cannot write for this document alone (it cannot be encoded, its name is
+  refused, it is too large for Kafka: the sink raises :class:`~daemon.errors.DocumentError`) becomes
+  a failure record instead;
 * :class:`~daemon.errors.EngineDeadError`, :class:`~daemon.errors.SinkError` and cancellation
   propagate: they are the service's to handle (fatal, or a drain cut short), and the input stays
   unacknowledged.
@@ -96,7 +99,11 @@ class DocumentPipeline:
             record = result_record(
                 document, summary, model=self.model_name, queued_s=queued_s, total_s=total_s
             )
-            await item.complete(record)
+            try:
+                await item.complete(record)
+            except DocumentError as error:  # this result cannot be written; its failure record can
+                log.error("the result cannot be written", reason=error.reason, message=error.message)
+                return await self._record_failure(item, error, data, profile)
             self._summarized(item, summary, total_s)
             return OK
 

@@ -3,7 +3,10 @@
 * :class:`Summary`: what summarizing one document produced (typed; metrics and records read it).
 * :func:`result_record`: the JSON object of a summarized document (result file, output message).
 * :func:`failure_record`: the JSON object of a refused or failed document (error file, dead letter).
-* :func:`dead_letter`: a failure record wrapped with the Kafka message it came from.
+* :func:`dead_letter`: a failure record wrapped with the Kafka message it came from;
+  :func:`reduced_dead_letter`: its smallest form, for when the whole one cannot be written.
+* :func:`clip_text` / :func:`carried_bytes`: bounded copies of what a record carries from its input
+  (a message, a key), with the original size and a hash where cut.
 * :func:`result_headers` / :func:`dead_letter_headers`: the headers of output messages.
 * :func:`request_id` / :func:`parse_request_id`: the id of one engine request, ``DOC:KINDN:HEX``.
 * :func:`encode_record`: how a record becomes bytes (pretty for files, compact for Kafka).
@@ -14,6 +17,7 @@ Changing a field of a record means changing it here, and the README's "Results a
 from __future__ import annotations
 
 import base64
+import hashlib
 import json
 import uuid
 from collections.abc import Iterable
@@ -29,8 +33,13 @@ if TYPE_CHECKING:
 
 Record = dict[str, Any]
 """A record as a JSON object."""
-Headers = list[tuple[str, bytes]]
-"""Kafka message headers: (name, value) pairs, in order."""
+Headers = list[tuple[str, bytes | None]]
+"""Kafka message headers: (name, value) pairs, in order (a value may be null in Kafka's format)."""
+
+MESSAGE_BYTES: Final = 4096
+"""A failure record's ``message`` is cut to this many bytes: it may quote the input (a field name)."""
+REDUCED_TEXT_BYTES: Final = 256
+"""What a reduced dead letter keeps of its id and message, in bytes."""
 
 RESULT_HEADERS: Final = ("model", "prompt_version", "profile", "profile_version")
 """Headers every output message carries, taken from its result record (input headers of these names
@@ -129,7 +138,7 @@ def failure_record(
         "id": doc_id,
         "source": source,
         "reason": error.reason,
-        "message": error.message,
+        "message": clip_text(error.message, MESSAGE_BYTES),
         "sha256": sha256,
         "input_bytes": input_bytes,
         "metadata": metadata,
@@ -139,11 +148,21 @@ def failure_record(
 
 
 def dead_letter(
-    failure: Record, *, topic: str, partition: int, offset: int, value: bytes | None, payload_bytes: int
+    failure: Record,
+    *,
+    topic: str,
+    partition: int,
+    offset: int,
+    value: bytes | None,
+    payload_bytes: int,
+    value_sha256: str | None = None,
 ) -> Record:
     """``failure`` with the Kafka message it came from: coordinates and the first ``payload_bytes`` of
-    its value (UTF-8 text, or base64 when not text), with the value's full size."""
+    its value (UTF-8 text, or base64 when not text), with the value's full size and SHA-256 (pass
+    ``value_sha256`` when it is known, to hash a large value once)."""
     whole = value or b""
+    if value is not None and value_sha256 is None:
+        value_sha256 = hashlib.sha256(whole).hexdigest()
     kept = whole[:payload_bytes]
     try:
         payload, encoding = kept.decode("utf-8"), "utf-8"
@@ -158,17 +177,78 @@ def dead_letter(
         "payload_encoding": encoding,
         "payload_bytes": len(whole),
         "payload_truncated": len(kept) < len(whole),
+        "payload_sha256": value_sha256,
+        "reduced": False,
     }
 
 
-def result_headers(input_headers: Iterable[tuple[str, bytes]], result: Record) -> Headers:
+def reduced_dead_letter(letter: Record) -> Record:
+    """The smallest form of a dead letter made by :func:`dead_letter`, for when the whole one cannot be
+    written (it does not fit ``max_request_bytes``, or the broker refused it as too large): id and
+    message cut to :data:`REDUCED_TEXT_BYTES`, no payload (its size and hash stay), no key or headers
+    in the metadata (their sizes and hashes stay when they were cut), and ``"reduced": true``. A few
+    kilobytes at most, whatever the input."""
+    metadata = letter.get("metadata")
+    kept = metadata if isinstance(metadata, dict) else {}
+    return {
+        "id": clip_text(str(letter.get("id", "")), REDUCED_TEXT_BYTES),
+        "source": letter.get("source"),
+        "reason": letter.get("reason"),
+        "message": clip_text(str(letter.get("message", "")), REDUCED_TEXT_BYTES),
+        "sha256": letter.get("sha256"),
+        "input_bytes": letter.get("input_bytes"),
+        "metadata": {name: value for name, value in kept.items() if name in _REDUCED_METADATA},
+        "failed_at": letter.get("failed_at"),
+        "docsumd_version": letter.get("docsumd_version"),
+        "topic": clip_text(str(letter.get("topic", "")), REDUCED_TEXT_BYTES),
+        "partition": letter.get("partition"),
+        "offset": letter.get("offset"),
+        "payload": None,
+        "payload_encoding": letter.get("payload_encoding"),
+        "payload_bytes": letter.get("payload_bytes"),
+        "payload_truncated": bool(letter.get("payload_bytes")),
+        "payload_sha256": letter.get("payload_sha256"),
+        "reduced": True,
+    }
+
+
+_REDUCED_METADATA: Final = frozenset(
+    {"partition", "offset", "timestamp_ms", "key_bytes", "key_sha256", "headers_bytes", "headers_count"}
+)
+"""Metadata a reduced dead letter keeps: numbers and hashes only, whatever the input."""
+
+
+def clip_text(text: str, max_bytes: int) -> str:
+    """``text`` cut to at most ``max_bytes`` of UTF-8, on a character boundary, ending in "…" when cut.
+    Lone surrogates (which UTF-8 cannot hold) become "?", so the result always encodes."""
+    head = text[: max_bytes + 1]  # a character is at least one byte: this covers max_bytes and more
+    data = head.encode("utf-8", "replace")
+    if len(head) == len(text) and len(data) <= max_bytes:
+        return data.decode("utf-8")
+    return data[: max(0, max_bytes - 3)].decode("utf-8", "ignore") + "…"
+
+
+def carried_bytes(name: str, data: bytes | None, limit: int) -> Record:
+    """A bounded copy of ``data`` (a key) as record fields: ``{name: text}`` (UTF-8, undecodable bytes
+    replaced; None for None) of its first ``limit`` bytes and, when that cut it, ``NAME_bytes`` (its
+    whole size) and ``NAME_sha256``."""
+    if data is None:
+        return {name: None}
+    fields: Record = {name: data[:limit].decode("utf-8", "replace")}
+    if len(data) > limit:
+        fields[f"{name}_bytes"] = len(data)
+        fields[f"{name}_sha256"] = hashlib.sha256(data).hexdigest()
+    return fields
+
+
+def result_headers(input_headers: Iterable[tuple[str, bytes | None]], result: Record) -> Headers:
     """An output message's headers: the input's, then those of :data:`RESULT_HEADERS` from the result."""
     headers: Headers = [(key, value) for key, value in input_headers if key not in RESULT_HEADERS]
     headers += [(name, str(result.get(name, "")).encode("utf-8")) for name in RESULT_HEADERS]
     return headers
 
 
-def dead_letter_headers(input_headers: Iterable[tuple[str, bytes]], failure: Record) -> Headers:
+def dead_letter_headers(input_headers: Iterable[tuple[str, bytes | None]], failure: Record) -> Headers:
     """A dead letter's headers: the input's, then ``reason``."""
     return [*input_headers, ("reason", str(failure.get("reason", "")).encode("utf-8"))]
 

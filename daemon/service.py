@@ -17,11 +17,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from typing import Any
 
 from daemon.admission import admission_for_engine
+from daemon.byte_budget import ByteBudget, Holding
 from daemon.config import Config
 from daemon.contracts import EngineClient, Source
 from daemon.engine import Engine, load_tokenizer
@@ -32,6 +34,7 @@ from daemon.metrics import ENGINE_STARTING, ENGINE_UP, INFLIGHT, QUEUED, READY, 
 from daemon.notify import SystemdNotifier
 from daemon.pipeline import OK, DocumentPipeline, OnFinished
 from daemon.profiles import Profiles, build_profiles
+from daemon.progress import ProgressWatch
 from daemon.prompts import ChatTokenizer
 from daemon.summarize import Summarizer
 from daemon.work import WorkItem
@@ -95,12 +98,19 @@ class Service:
         self._inflight: set[asyncio.Task[None]] = set()
         self._fatal: BaseException | None = None
         self._ready = False
+        self._bytes = ByteBudget(config.limits.max_inflight_bytes)
+        self._progress = ProgressWatch(config.service.stall_seconds)
+        self.notifier.watch_health(self.healthy)
 
     # -- health ----------------------------------------------------------------------------------
 
     def healthy(self) -> bool:
-        """Process alive and engine not dead (a starting engine counts as healthy)."""
-        return self._fatal is None and (self.engine.is_running or not self._ready)
+        """Process alive, engine not dead (a starting engine counts as healthy), and work moving: with
+        documents in flight or waiting, one finished or an engine request completed within
+        ``service.stall_seconds`` (:mod:`daemon.progress`)."""
+        if self._fatal is not None or not (self.engine.is_running or not self._ready):
+            return False
+        return not (self._ready and self._progress.stalled(has_work=bool(self._inflight) or self.backlog > 0))
 
     def ready(self) -> bool:
         """Engine warm, sources running, not draining."""
@@ -145,6 +155,7 @@ class Service:
             for source in self.sources:
                 await source.start()
             self._ready = True
+            self._progress.progressed()  # the stall clock starts now, not at the engine's start
             READY.set(1)
             QUEUED.set(self.backlog)
             log.info("docsumd ready", inflight_limit=self.config.inflight_documents)
@@ -227,7 +238,7 @@ class Service:
             config.admission, config.engine, kv_cache_tokens=self.engine.kv_cache_tokens
         )
         summarizer = Summarizer(
-            self.engine,
+            self._progress.watching(self.engine),
             tokenizer,
             config.summary,
             profiles=profiles,
@@ -302,10 +313,13 @@ class Service:
                 await self._slots.acquire()
                 try:
                     item = await anext(items)
+                    # A known size waits for its bytes here, so nothing more is pulled meanwhile (a
+                    # Kafka message's text is in memory already); an unknown one once it is read.
+                    held = await self._bytes.reserve(item.size)
                 except BaseException:
                     self._slots.release()
                     raise
-                task = asyncio.create_task(self._process(item), name=f"doc:{item.id}")
+                task = asyncio.create_task(self._process(item, held), name=f"doc:{item.id}")
                 self._inflight.add(task)
                 INFLIGHT.set(len(self._inflight))
                 task.add_done_callback(self._on_done)
@@ -324,9 +338,15 @@ class Service:
         if not task.cancelled() and (exc := task.exception()) is not None:
             self._fail_fatally(exc)
 
-    async def _process(self, item: WorkItem) -> None:
+    async def _process(self, item: WorkItem, held: Holding) -> None:
         assert self._pipeline is not None
-        outcome = await self._pipeline.process(item)
+        try:
+            if item.size is None:
+                item = dataclasses.replace(item, load=held.reading(item.load))
+            outcome = await self._pipeline.process(item)
+        finally:
+            held.release()
+        self._progress.progressed()
         if outcome == OK:
             self.stats.succeeded += 1
         else:

@@ -10,6 +10,10 @@ knows where a document came from: it loads the bytes, summarizes, and then calls
 
 If neither is called (crash, drain deadline, dead engine) the input stays unacknowledged and is
 processed again on the next start.
+
+If ``complete`` or ``fail`` raises :class:`~daemon.errors.DocumentError`, the sink could not write
+*this* record (it cannot be encoded, the file system refuses its name) and nothing was acknowledged:
+the item is not settled, and may still be failed (the pipeline does so).
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon.errors import DocumentError
 from daemon.records import Record
 
 
@@ -40,16 +45,27 @@ class WorkItem:
     document's own options may still choose another (:meth:`daemon.profiles.Profiles.choose`)."""
     received_at: float = field(default_factory=time.monotonic)
     settled: bool = False
+    size: int | None = None
+    """The document's bytes when known before reading (a message's text): the service's byte budget
+    admits it before it is read; None: right after it is read, by what was read."""
 
     async def complete(self, result: Record) -> None:
         """Write ``result`` durably, then acknowledge the input."""
         self._settle()
-        await self.on_complete(result)
+        try:
+            await self.on_complete(result)
+        except DocumentError:
+            self.settled = False  # this record could not be written; nothing was acknowledged
+            raise
 
     async def fail(self, failure: Record) -> None:
         """Write ``failure`` durably, then acknowledge the input."""
         self._settle()
-        await self.on_fail(failure)
+        try:
+            await self.on_fail(failure)
+        except DocumentError:
+            self.settled = False
+            raise
 
     def _settle(self) -> None:
         if self.settled:

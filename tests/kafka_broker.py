@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -68,9 +69,13 @@ async def create_topics(bootstrap: str, names: list[str], partitions: int = 1) -
 
 
 Message = tuple[bytes | None, bytes | None, list[tuple[str, bytes]]]  # key, value, headers
+AnyMessage = tuple[bytes | None, bytes | None, Sequence[tuple[str, bytes | None]]]
+"""A message whose headers may have null values (legal in Kafka's format)."""
 
 
-async def produce(bootstrap: str, topic: str, messages: list[Message], partition: int | None = None) -> None:
+async def produce(
+    bootstrap: str, topic: str, messages: Sequence[AnyMessage], partition: int | None = None
+) -> None:
     producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", max_request_size=8 << 20)
     await producer.start()
     try:

@@ -2,18 +2,19 @@
 
 A record is written to a hidden temporary file in the target folder, flushed to disk, and renamed
 into place; the folder itself is then synced. A reader therefore sees either no file or the whole
-file, and after a power cut the rename is durable before the input is acknowledged.
+file, and after a power cut the rename is durable before the input is acknowledged. Running out of
+file descriptors is waited out (:mod:`daemon.fd_exhaustion`); any other write error is fatal.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
 from daemon.durable import write_atomic
 from daemon.errors import SinkError
+from daemon.fd_exhaustion import retry_on_fd_exhaustion
 from daemon.records import Record, encode_record
 
 RESULT_SUFFIX: Final = ".summary.json"
@@ -62,7 +63,8 @@ class FolderSink:
 
     async def _write(self, path: Path, record: Record) -> Path:
         try:
-            await asyncio.to_thread(write_json_atomic, path, record)
+            # Out of file descriptors: wait for some to come back (a rewrite is harmless).
+            await retry_on_fd_exhaustion(lambda: write_json_atomic(path, record), where="writing a record")
         except OSError as exc:
             raise SinkError(f"cannot write {path}: {exc}") from exc
         return path

@@ -5,7 +5,10 @@ once every in-sync replica has it, and the producer's retries never duplicate it
 :meth:`KafkaSink.send` returns only after the broker acknowledged the record; only then does the
 source marks the input's offset finished. A write that fails is retried for up to ``retry_seconds``
 (see :func:`send_failure_remedy`); then, or at once when no retry can help, it raises
-:class:`~daemon.errors.SinkError` (fatal: nothing may be acknowledged unwritten).
+:class:`~daemon.errors.SinkError` (fatal: nothing may be acknowledged unwritten). One refusal is not
+the service's fault but the record's: a record over ``max_request_bytes``, or one the broker refuses
+as too large, raises :class:`RecordTooLargeError` (a per-document error), and the source writes the
+record's :attr:`Output.fallback` instead (see :mod:`daemon.sources.kafka.committer`).
 
 In exactly-once mode (``exactly_once = true``) the producer is transactional instead: the source's
 transactional committer (:mod:`daemon.sources.kafka.committer`) holds finished outputs and calls
@@ -24,7 +27,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal
 
 from daemon.config import KafkaSourceConfig
-from daemon.errors import ProducerFencedError, SinkError
+from daemon.errors import DocumentError, ProducerFencedError, SinkError
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
 from daemon.records import Headers, Record, encode_record
@@ -38,12 +41,34 @@ _MAX_BACKOFF_S: Final = 5.0
 
 @dataclass(frozen=True, slots=True)
 class Output:
-    """One record to produce: a result or a dead letter."""
+    """One record to produce: a result or a dead letter, and what to write if the broker refuses it."""
 
     topic: str
     key: str
     value: bytes
     headers: Headers
+    fallback: Output | None = None
+    """A smaller record to write instead if this one is refused as too large (a result's: its reduced
+    ``too_large`` dead letter; a dead letter's: its reduced form); None for the smallest."""
+
+    @property
+    def size(self) -> int:
+        """The record's size as the producer counts it against ``max_request_size`` (an upper bound:
+        record and batch overhead included)."""
+        from aiokafka.record.default_records import DefaultRecordBatchBuilder
+
+        size: int = DefaultRecordBatchBuilder.estimate_size_in_bytes(
+            self.key.encode("utf-8"), self.value, self.headers
+        )
+        return size
+
+
+class RecordTooLargeError(DocumentError):
+    """One record is too large to write: over ``max_request_bytes``, or refused by the broker (the
+    topic's ``max.message.bytes``). The record's own failure, never the service's."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("too_large", message)
 
 
 def default_transactional_id(group_id: str) -> str:
@@ -107,6 +132,7 @@ class KafkaSink(Lifecycle):
         """
         from aiokafka.errors import KafkaError
 
+        self.check_size(Output(topic, key, value, headers))
         loop = asyncio.get_running_loop()
         deadline: float | None = None
         backoff = _FIRST_BACKOFF_S
@@ -121,6 +147,12 @@ class KafkaSink(Lifecycle):
                 remedy = send_failure_remedy(exc)
                 if remedy is None:
                     raise SinkError(f"cannot write to Kafka topic {topic}: {exc!r}") from exc
+                if remedy == "refused":
+                    await self._after_refusal(producer)
+                    raise RecordTooLargeError(
+                        f"the broker refused a record of {len(value)} bytes for {topic} as too large "
+                        f"(the topic's max.message.bytes is below it): {exc!r}"
+                    ) from exc
                 if deadline is None:
                     deadline = loop.time() + self.retry_seconds
                 if loop.time() >= deadline:
@@ -133,6 +165,22 @@ class KafkaSink(Lifecycle):
                     await self._renew(producer)
                 await asyncio.sleep(min(backoff, max(0.0, deadline - loop.time())))
                 backoff = min(2 * backoff, _MAX_BACKOFF_S)
+
+    def check_size(self, output: Output) -> None:
+        """:class:`RecordTooLargeError` if ``output`` is over ``max_request_bytes`` (checked here rather
+        than by the producer, so that such a record never reaches it)."""
+        limit = self.config.max_request_bytes
+        if (size := output.size) > limit:
+            raise RecordTooLargeError(
+                f"a record of {size} bytes for {output.topic} is over "
+                f"sources.kafka.max_request_bytes ({limit})"
+            )
+
+    async def _after_refusal(self, producer: Any) -> None:
+        """The broker refused a record: it never appended it, but the idempotent producer numbered it,
+        so every later record of that partition would be out of sequence (aiokafka does not renumber,
+        unlike Kafka's Java client). Start a new producer now rather than fail the next send."""
+        await self._renew(producer)
 
     async def _renew(self, broken: Any) -> None:
         """Replace ``broken`` with a new producer (a new producer id, sequence numbers from 0), unless
@@ -168,6 +216,8 @@ class KafkaSink(Lifecycle):
             raise SinkError("cannot write a transaction: the Kafka producer is not running")
         from aiokafka.errors import KafkaError, ProducerFenced
 
+        for output in outputs:
+            self.check_size(output)
         producer = self._producer
         try:
             async with producer.transaction():
@@ -188,18 +238,33 @@ class KafkaSink(Lifecycle):
                 f"another producer took over this daemon's transactional id: {exc!r}"
             ) from exc
         except (KafkaError, OSError) as exc:
+            if send_failure_remedy(exc) == "refused":
+                await self._after_refusal(producer)
+                raise RecordTooLargeError(
+                    f"the broker refused a record of the transaction as too large: {exc!r}"
+                ) from exc
             raise SinkError(f"the Kafka transaction failed and was aborted: {exc!r}") from exc
 
 
-def send_failure_remedy(exc: BaseException) -> Literal["retry", "new_producer"] | None:
+def send_failure_remedy(exc: BaseException) -> Literal["retry", "new_producer", "refused"] | None:
     """What may get a failed send through: ``"retry"`` the same producer (the broker or the
     connection was briefly unavailable: an aiokafka error marked retriable, a timeout waiting for
     metadata or buffer room, an OS error), a ``"new_producer"`` (the broker lost this idempotent
     producer's state, e.g. records it acknowledged and dropped on a restart, so every later sequence
-    number is out of order: Kafka's own client starts a new producer epoch for these), or None: no
-    retry can help (a record too large, no authorization, ...)."""
-    from aiokafka.errors import KafkaError, KafkaTimeoutError, OutOfOrderSequenceNumber, UnknownProducerId
+    number is out of order: Kafka's own client starts a new producer epoch for these), ``"refused"``:
+    this record is too large for the broker (its fault, not the service's: a smaller record goes
+    instead), or None: no retry can help (no authorization, an unknown topic, ...)."""
+    from aiokafka.errors import (
+        KafkaError,
+        KafkaTimeoutError,
+        MessageSizeTooLargeError,
+        OutOfOrderSequenceNumber,
+        RecordListTooLargeError,
+        UnknownProducerId,
+    )
 
+    if isinstance(exc, MessageSizeTooLargeError | RecordListTooLargeError):
+        return "refused"
     if isinstance(exc, OutOfOrderSequenceNumber | UnknownProducerId):
         return "new_producer"
     if isinstance(exc, KafkaTimeoutError | OSError) or (isinstance(exc, KafkaError) and exc.retriable):

@@ -24,6 +24,9 @@ failure record is written, it moves to ``failed/NAME``. A crash before that leav
 
 Backpressure: the source hands out a file only when the service asks for the next item, so a large
 backlog waits on disk, not in memory.
+
+Out of file descriptors (``EMFILE``/``ENFILE``), the rescan, reads, writes and moves wait and try
+again, logging it once in a while (:mod:`daemon.fd_exhaustion`); nothing fails or exits for it.
 """
 
 from __future__ import annotations
@@ -40,8 +43,9 @@ from typing import Final
 
 from daemon.config import FolderSourceConfig
 from daemon.documents import read_input_file
-from daemon.durable import move_durably
+from daemon.durable import sync_move
 from daemon.errors import DocumentError, SinkError
+from daemon.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
 from daemon.records import Record
@@ -54,6 +58,8 @@ IGNORED_SUFFIXES: Final = (".tmp", ".part", ".partial", ".crdownload", ".swp")
 OPTIONS_SUFFIX: Final = ".options.json"
 MAX_OPTIONS_BYTES: Final = 64 * 1024
 SOURCE_NAME: Final = "folder"
+SCAN_RETRY_SECONDS: Final = 1.0
+"""After a rescan that ran out of file descriptors, the next try comes this soon (not a whole period)."""
 
 
 def is_candidate_name(name: str) -> bool:
@@ -133,8 +139,25 @@ class FolderSource(Lifecycle):
     # -- discovery -------------------------------------------------------------------------------
 
     def _scan(self) -> None:
-        """Add every unknown candidate file in the inbox, oldest first."""
+        """Add every unknown candidate file in the inbox, oldest first.
+
+        Out of file descriptors (the folder cannot be opened), it logs that once in a while and is
+        tried again after :data:`SCAN_RETRY_SECONDS`; file-system events keep arriving meanwhile.
+        """
         self._last_scan = time.monotonic()
+        try:
+            found = self._list_inbox()
+        except OSError as exc:
+            if not is_fd_exhaustion(exc):
+                raise
+            note_fd_exhaustion("inbox rescan", exc)
+            self._last_scan -= max(0.0, self.config.rescan_seconds - SCAN_RETRY_SECONDS)
+            return
+        for _, name in sorted(found):
+            self._add(name)
+
+    def _list_inbox(self) -> list[tuple[int, str]]:
+        """``(mtime_ns, name)`` of every candidate file in the inbox not yet known."""
         found: list[tuple[int, str]] = []
         with os.scandir(self.config.inbox) as entries:
             for entry in entries:
@@ -143,8 +166,7 @@ class FolderSource(Lifecycle):
                 with contextlib.suppress(FileNotFoundError):
                     if entry.is_file(follow_symlinks=False):
                         found.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
-        for _, name in sorted(found):
-            self._add(name)
+        return found
 
     def _add(self, name: str) -> None:
         if name in self._known or not is_candidate_name(name):
@@ -223,7 +245,8 @@ class FolderSource(Lifecycle):
     def _next_check_in(self) -> float:
         if self._settling:
             return min(0.25, max(0.05, self.config.settle_seconds / 4))
-        return self.config.rescan_seconds
+        # Until the next rescan is due (sooner than a whole period after one that failed).
+        return max(0.05, self._last_scan + self.config.rescan_seconds - time.monotonic())
 
     # -- acknowledgement -------------------------------------------------------------------------
 
@@ -236,7 +259,9 @@ class FolderSource(Lifecycle):
             on_complete=lambda record: self._complete(name, record),
             on_fail=lambda record: self._fail(name, record),
             metadata={"file_name": name},
-            load_options=lambda: asyncio.to_thread(self._read_options, name),
+            load_options=lambda: retry_on_fd_exhaustion(
+                lambda: self._read_options(name), where="reading an options sidecar"
+            ),
             profile=self.config.profile,
         )
 
@@ -250,6 +275,8 @@ class FolderSource(Lifecycle):
             except FileNotFoundError:
                 continue
             except OSError as exc:
+                if is_fd_exhaustion(exc):
+                    raise  # retried by the caller: not the sidecar's fault
                 raise DocumentError("invalid_options", f"cannot read {sidecar}: {exc}") from exc
             if len(data) > MAX_OPTIONS_BYTES:
                 raise DocumentError("invalid_options", f"{sidecar} is over {MAX_OPTIONS_BYTES} bytes")
@@ -265,25 +292,38 @@ class FolderSource(Lifecycle):
         await self._move(name, self.config.failed)
 
     async def _move(self, name: str, folder: Path) -> None:
+        source, target = self.config.inbox / name, folder / name
         try:
-            await asyncio.to_thread(move_durably, self.config.inbox / name, folder / name)
+            await asyncio.to_thread(os.replace, source, target)
+            # Only the folder syncs open anything, so only they can run out of descriptors; they are
+            # retried alone (the rename is done and must not be repeated).
+            await retry_on_fd_exhaustion(lambda: sync_move(source, target), where="moving an input")
         except FileNotFoundError:
             log.warning("input vanished from the inbox before it could be moved", doc_id=name)
         except OSError as exc:
             raise SinkError(f"cannot move {name} to {folder}: {exc}") from exc
         finally:
             self._known.discard(name)
-        await asyncio.to_thread(self._move_sidecars, name, folder)
+        moved = await asyncio.to_thread(self._move_sidecar, name, folder)
+        if moved is not None:
+            try:
+                await retry_on_fd_exhaustion(lambda: sync_move(*moved), where="moving an input")
+            except OSError as exc:
+                log.warning("cannot sync an options sidecar's move", doc_id=name, error=str(exc))
 
-    def _move_sidecars(self, name: str, folder: Path) -> None:
-        """Move the sidecar that applies to ``name`` (the first that exists), and no other: a stem
-        sidecar behind a full-name one may belong to another document with the same stem."""
+    def _move_sidecar(self, name: str, folder: Path) -> tuple[Path, Path] | None:
+        """Rename the sidecar that applies to ``name`` (the first that exists), and no other: a stem
+        sidecar behind a full-name one may belong to another document with the same stem. Returns the
+        ``(source, target)`` renamed, whose folders the caller syncs, or None."""
         # After the document: a crash in between leaves the sidecar in the inbox, where it is inert.
         for sidecar in sidecar_names(name):
+            source, target = self.config.inbox / sidecar, folder / sidecar
             try:
-                move_durably(self.config.inbox / sidecar, folder / sidecar)
+                os.replace(source, target)  # opens nothing: cannot run out of descriptors
             except FileNotFoundError:
                 continue
             except OSError as exc:
                 log.warning("cannot move an options sidecar", doc_id=name, sidecar=sidecar, error=str(exc))
-            return
+                return None
+            return source, target
+        return None

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml  # type: ignore[import-untyped]
+import yaml
 
 from tests.e2e.harness import REPO, DaemonProcess, Layout, drop_file, wait_for
 from tests.kafka_broker import KafkaBroker, create_topics, produce

@@ -308,6 +308,54 @@ async def test_cancellation_right_after_the_grant_gives_the_slot_back() -> None:
     assert (admission.inflight_requests, admission.inflight_tokens, admission.waiting) == (0, 0, 0)
 
 
+async def test_release_while_the_head_is_being_cancelled_skips_it() -> None:
+    """A drain cancels many documents at once: a cancelled waiter's future is cancelled at once, but
+    its task cleans up only when it next runs. A slot released in between must skip that waiter and
+    grant the next one, not fail with InvalidStateError in the releasing task (seen as internal_error
+    records during a shutdown)."""
+    admission = make_admission(max_requests=1)
+    log: list[str] = []
+    blocker = admission.slot(10)
+    await blocker.__aenter__()
+    doomed = Request(admission, "doomed", 20, log, arrived_at=0.0)  # the head
+    next_in_line = Request(admission, "next", 30, log, arrived_at=1.0)
+    await settle()
+    assert admission.waiting == 2
+    doomed.task.cancel()  # its future is cancelled now; the task has not run its except block yet
+    await blocker.__aexit__(None, None, None)  # raised InvalidStateError before the fix
+    assert (admission.inflight_requests, admission.inflight_tokens, admission.waiting) == (1, 30, 0)
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(doomed.task, WAIT)
+    await asyncio.wait_for(next_in_line.admitted.wait(), WAIT)
+    assert (admission.inflight_requests, admission.inflight_tokens, admission.waiting) == (1, 30, 0)
+    await next_in_line.release()
+    assert log == ["next"]
+    assert (admission.inflight_requests, admission.inflight_tokens, admission.waiting) == (0, 0, 0)
+
+
+async def test_many_cancelled_at_once_while_slots_are_released() -> None:
+    """The drain's pattern at scale: every waiter and holder cancelled in one go; the books balance."""
+    admission = make_admission(max_requests=3)
+    log: list[str] = []
+    holders = [Request(admission, f"h{i}", 10, log) for i in range(3)]
+    await settle()
+    waiters = [Request(admission, f"w{i}", 10, log, arrived_at=float(i)) for i in range(20)]
+    await settle()
+    assert admission.waiting == 20
+    for request in waiters[::2]:
+        request.task.cancel()
+    for holder in holders:  # each release dispatches past the cancelled heads
+        await holder.release()
+    for request in waiters:
+        request.task.cancel()
+    results = await asyncio.wait_for(
+        asyncio.gather(*(request.task for request in waiters), return_exceptions=True), WAIT
+    )
+    assert all(isinstance(result, asyncio.CancelledError) for result in results)
+    assert (admission.inflight_requests, admission.inflight_tokens, admission.waiting) == (0, 0, 0)
+    assert not any(name.startswith("w") and int(name[1:]) % 2 == 0 for name in log)
+
+
 async def test_exception_in_the_body_releases_the_slot() -> None:
     admission = make_admission(max_requests=1)
     seen: list[tuple[int, int]] = []

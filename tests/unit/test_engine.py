@@ -1,13 +1,25 @@
-"""The engine wrapper's checks that need no engine: a missing model is a configuration error."""
+"""The engine wrapper's checks that need no engine: a missing model is a configuration error; the
+engine's processes leave SIGINT to the main process; a deliberate stop logs no error."""
 
 from __future__ import annotations
 
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from daemon.config import EngineConfig
-from daemon.engine import Engine, engine_args
+from daemon.engine import (
+    Engine,
+    _deliberate_shutdown_logged_as_info,
+    engine_args,
+)
 from daemon.errors import ConfigError, EngineDeadError
 
 
@@ -39,3 +51,122 @@ def test_engine_args_carry_the_config() -> None:
     assert args.enable_chunked_prefill is True
     assert args.kv_cache_memory_bytes == 1 << 30
     assert args.served_model_name == "m"
+
+
+# -- signals and a deliberate stop -----------------------------------------------------------------
+
+
+# A fresh interpreter, as the daemon is: multiprocessing's resource tracker is not running yet, and
+# vLLM starts its engine with multiprocessing's spawn (which starts the tracker on first use).
+_SPAWN_CHILD = """
+import json, multiprocessing, signal, threading
+from daemon.engine import _sigint_blocked_in_new_processes
+
+def blocked(status):
+    mask = int(next(l for l in status.splitlines() if l.startswith("SigBlk:")).split()[1], 16)
+    return [n for n in range(1, 65) if mask & (1 << (n - 1))]
+
+def child(queue):
+    queue.put(blocked(open("/proc/self/status").read()))
+
+seen = {}
+def build():
+    context = multiprocessing.get_context("spawn")
+    with _sigint_blocked_in_new_processes():
+        queue = context.Queue()  # its lock is the first thing that needs the resource tracker
+        process = context.Process(target=child, args=(queue,))
+        process.start()
+        seen["child"] = queue.get(timeout=60)
+        process.join()
+    seen["after"] = sorted(signal.pthread_sigmask(signal.SIG_BLOCK, set()))
+
+if __name__ == "__main__":
+    thread = threading.Thread(target=build)
+    thread.start()
+    thread.join()
+    print(json.dumps(seen))
+"""
+
+
+def test_processes_started_while_building_the_engine_leave_sigint_to_the_main_process(tmp_path: Path) -> None:
+    script = tmp_path / "spawn_child.py"
+    script.write_text(_SPAWN_CHILD, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run(
+        [sys.executable, str(script)], check=False, capture_output=True, text=True, env=env, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert signal.SIGINT in seen["child"]
+    assert signal.SIGTERM not in seen["child"]  # vLLM's own shutdown is SIGTERM: it must get through
+    assert signal.SIGINT not in seen["after"]  # the building thread's mask is restored
+
+
+class _Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def _log_output_handler_failure() -> None:
+    vllm_logger = logging.getLogger("vllm.v1.engine.async_llm")
+    try:
+        raise RuntimeError("EngineCore exited")  # what vLLM's EngineDeadError says, in short
+    except RuntimeError:
+        vllm_logger.exception("AsyncLLM output_handler failed.")
+
+
+def test_output_handler_failure_is_info_only_during_a_deliberate_stop() -> None:
+    capture = _Capture()
+    vllm_logger = logging.getLogger("vllm.v1.engine.async_llm")
+    vllm_logger.addHandler(capture)
+    old_level = vllm_logger.level
+    vllm_logger.setLevel(logging.DEBUG)
+    try:
+        with _deliberate_shutdown_logged_as_info():
+            _log_output_handler_failure()
+            vllm_logger.error("some other vLLM error")  # only that one record is downgraded
+        _log_output_handler_failure()  # a real death, outside a stop
+    finally:
+        vllm_logger.removeHandler(capture)
+        vllm_logger.setLevel(old_level)
+    during, other, real = capture.records
+    assert (during.levelno, during.exc_info) == (logging.INFO, None)
+    assert "deliberate stop" in during.getMessage()
+    assert "EngineCore exited" in during.getMessage()
+    assert other.levelno == logging.ERROR
+    assert real.levelno == logging.ERROR
+    assert real.exc_info is not None
+
+
+class _FakeLLM:
+    """Records the order in which Engine.stop touches vLLM's AsyncLLM."""
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.output_handler = asyncio.create_task(self._handle_outputs())
+        self.errored = False
+
+    async def _handle_outputs(self) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.events.append("output handler cancelled")
+            raise
+
+    def shutdown(self) -> None:
+        self.events.append("shutdown")
+
+
+async def test_stop_cancels_the_output_handler_before_shutting_the_engine_down(tmp_path: Path) -> None:
+    engine = Engine(EngineConfig(model=str(tmp_path)))
+    llm = _FakeLLM()
+    await asyncio.sleep(0)
+    engine._llm = llm
+    await engine.stop()
+    await engine.stop()  # idempotent
+    assert llm.events == ["output handler cancelled", "shutdown"]
+    assert not engine.is_running

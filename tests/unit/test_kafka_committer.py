@@ -15,7 +15,7 @@ from aiokafka.errors import CommitFailedError, KafkaConnectionError
 from daemon.config import KafkaSourceConfig
 from daemon.errors import ProducerFencedError, SinkError
 from daemon.records import Headers
-from daemon.sinks.kafka import Output
+from daemon.sinks.kafka import Output, RecordTooLargeError
 from daemon.sources.kafka.committer import AtLeastOnceCommitter, TransactionalCommitter, committer_for
 from daemon.sources.kafka.offsets import OffsetBook, PartitionOffsets
 
@@ -261,4 +261,93 @@ async def test_stop_drops_every_held_output() -> None:
     tracker = _take(book, "p", 0, 1)
     await committer.deliver("p", tracker, 1, _output("p1"))
     committer.drop(why="stop")
+    assert committer.held == 0
+
+
+# -- records the broker refuses as too large ------------------------------------------------------------
+
+
+class RefusingSink(FakeSink):
+    """Refuses (as too large) every record whose value is longer than ``limit`` bytes."""
+
+    def __init__(self, limit: int) -> None:
+        super().__init__()
+        self.limit = limit
+        self.refused: list[str] = []
+
+    async def send(self, topic: str, key: str, value: bytes, headers: Headers) -> None:
+        if len(value) > self.limit:
+            self.refused.append(key)
+            raise RecordTooLargeError(f"{len(value)} bytes")
+        await super().send(topic, key, value, headers)
+
+    async def write_transaction(
+        self, outputs: Sequence[Output], offsets: Mapping[Any, int], group_id: str
+    ) -> None:
+        for output in outputs:
+            if len(output.value) > self.limit:
+                self.refused.append(output.key)
+                raise RecordTooLargeError(f"{len(output.value)} bytes")
+        await super().write_transaction(outputs, offsets, group_id)
+
+
+def _large(key: str, *, fallback: Output | None) -> Output:
+    return Output("out", key, b"x" * 100, [], fallback)
+
+
+async def test_at_least_once_writes_the_fallback_of_a_refused_record_and_finishes_its_offset() -> None:
+    book: OffsetBook[str] = OffsetBook()
+    consumer, sink = FakeConsumer(), RefusingSink(limit=10)
+    committer = AtLeastOnceCommitter(book, consumer, sink)
+    tracker = _take(book, "p", 0, 1)
+    reduced = Output("dlq", "a", b"small", [("reason", b"too_large")])
+    await committer.deliver("p", tracker, 0, _large("a", fallback=reduced))
+    assert sink.refused == ["a"]
+    assert sink.sent == [reduced]
+    await committer.commit(why="test")
+    assert consumer.commits == [{"p": 1}]
+
+
+async def test_at_least_once_with_nothing_left_to_write_still_finishes_the_offset() -> None:
+    book: OffsetBook[str] = OffsetBook()
+    consumer, sink = FakeConsumer(), RefusingSink(limit=1)
+    committer = AtLeastOnceCommitter(book, consumer, sink)
+    tracker = _take(book, "p", 0)
+    await committer.deliver("p", tracker, 0, _large("a", fallback=Output("dlq", "a", b"still big", [])))
+    assert sink.refused == ["a", "a"]
+    assert sink.sent == []
+    await committer.commit(why="test")
+    assert consumer.commits == [{"p": 1}]  # the message ends (logged and counted), the partition goes on
+
+
+async def test_transactional_replaces_the_largest_refused_output_and_commits_on_the_next_try() -> None:
+    book: OffsetBook[str] = OffsetBook()
+    sink = RefusingSink(limit=50)
+    committer = TransactionalCommitter(book, sink, group_id="g", max_pending_results=10)
+    tracker = _take(book, "p", 0, 1, 2)
+    reduced = Output("dlq", "b", b"reduced", [])
+    await committer.deliver("p", tracker, 0, _output("a"))
+    await committer.deliver("p", tracker, 1, _large("b", fallback=reduced))
+    await committer.deliver("p", tracker, 2, _output("c"))
+    committer.wanted.clear()
+    await committer.commit(why="test")
+    assert sink.transactions == []  # aborted: the broker refused "b"
+    assert committer.wanted.is_set()
+    assert committer.held == 3
+    await committer.commit(why="test")
+    assert sink.transactions == [(["a", "b", "c"], {"p": 3}, "g")]
+    assert sink.sent == []
+    assert committer.held == 0
+
+
+async def test_transactional_drops_an_output_with_no_fallback_and_commits_its_offset() -> None:
+    book: OffsetBook[str] = OffsetBook()
+    sink = RefusingSink(limit=50)
+    committer = TransactionalCommitter(book, sink, group_id="g", max_pending_results=10)
+    tracker = _take(book, "p", 0, 1)
+    await committer.deliver("p", tracker, 0, _large("a", fallback=None))
+    await committer.deliver("p", tracker, 1, _output("b"))
+    await committer.commit(why="test")
+    await committer.commit(why="test")
+    assert sink.transactions == [(["b"], {"p": 2}, "g")]
     assert committer.held == 0

@@ -15,12 +15,14 @@ from aiokafka.errors import (
     KafkaTimeoutError,
     MessageSizeTooLargeError,
     OutOfOrderSequenceNumber,
+    RecordListTooLargeError,
+    TopicAuthorizationFailedError,
     UnknownProducerId,
 )
 
 from daemon.config import KafkaSourceConfig
 from daemon.errors import SinkError
-from daemon.sinks.kafka import KafkaSink, send_failure_remedy
+from daemon.sinks.kafka import KafkaSink, Output, RecordTooLargeError, send_failure_remedy
 
 CONFIG = KafkaSourceConfig.model_validate(
     {
@@ -78,7 +80,9 @@ def test_remedies() -> None:
     assert send_failure_remedy(KafkaConnectionError()) == "retry"
     assert send_failure_remedy(KafkaTimeoutError()) == "retry"
     assert send_failure_remedy(ConnectionResetError()) == "retry"
-    assert send_failure_remedy(MessageSizeTooLargeError()) is None
+    assert send_failure_remedy(MessageSizeTooLargeError()) == "refused"
+    assert send_failure_remedy(RecordListTooLargeError()) == "refused"
+    assert send_failure_remedy(TopicAuthorizationFailedError()) is None
 
 
 async def test_lost_producer_state_gets_a_new_producer_and_the_record_is_sent_again() -> None:
@@ -123,12 +127,41 @@ async def test_a_new_producer_that_cannot_start_leaves_the_old_one_and_is_tried_
 
 
 async def test_an_error_no_retry_can_pass_is_fatal_at_once() -> None:
-    producer = FakeProducer("only", [MessageSizeTooLargeError(), OutOfOrderSequenceNumber()])
+    producer = FakeProducer("only", [TopicAuthorizationFailedError(), OutOfOrderSequenceNumber()])
     sink = ScriptedSink([producer])
     await sink.start()
-    with pytest.raises(SinkError, match="MessageSizeTooLarge"):
+    with pytest.raises(SinkError, match="TopicAuthorizationFailed"):
         await sink.send("out", "k", b"v", [])
     assert sink.started == [producer]
+
+
+async def test_a_record_the_broker_refuses_as_too_large_is_that_records_error_and_renews_the_producer() -> (
+    None
+):
+    # The broker never appended the refused record, but the idempotent producer numbered it: the next
+    # record would be out of sequence, so a new producer takes over at once.
+    old = FakeProducer("old", [MessageSizeTooLargeError()])
+    new = FakeProducer("new", [])
+    sink = ScriptedSink([old, new])
+    await sink.start()
+    with pytest.raises(RecordTooLargeError, match="refused") as refused:
+        await sink.send("out", "k", b"v", [])
+    assert refused.value.reason == "too_large"
+    assert old.stopped
+    await sink.send("out", "k2", b"v2", [])
+    assert new.sent == [("out", b"v2")]
+
+
+async def test_a_record_over_max_request_bytes_never_reaches_the_producer() -> None:
+    producer = FakeProducer("only", [])
+    sink = ScriptedSink([producer])
+    await sink.start()
+    value = b"x" * CONFIG.max_request_bytes
+    assert Output("out", "k", value, []).size > CONFIG.max_request_bytes
+    with pytest.raises(RecordTooLargeError, match="max_request_bytes"):
+        await sink.send("out", "k", value, [])
+    assert producer.sent == []
+    assert not producer.stopped
 
 
 async def test_retries_end_at_the_deadline_with_a_sink_error() -> None:

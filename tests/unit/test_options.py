@@ -112,3 +112,39 @@ def test_every_problem_is_reported() -> None:
     message = invalid({"style": "haiku", "max_summary_tokens": 1, "extra": True}).message
     for field in ("style", "max_summary_tokens", "extra"):
         assert f"{field}:" in message
+
+
+DEEP = 50_000
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b'{"style": ' + b"[" * DEEP + b"]" * DEEP + b"}",  # a sidecar's bytes
+        '{"style": ' + '{"a": ' * DEEP + "1" + "}" * DEEP + "}",  # text
+        "[" * DEEP + "]" * DEEP,
+    ],
+    ids=["sidecar-bytes", "text", "top-level"],
+)
+def test_options_nested_fifty_thousand_levels_deep_are_invalid_options(raw: str | bytes) -> None:
+    with pytest.raises(DocumentError, match="nested too deeply") as refused:
+        parse_options(raw)
+    assert refused.value.reason == "invalid_options"
+
+
+def test_options_as_a_deeply_nested_object_are_invalid_options() -> None:
+    nested: dict[str, Any] = {}
+    inner = nested
+    for _ in range(900):  # what a message's JSON parser still returns
+        inner["style"] = {}
+        inner = inner["style"]
+    with pytest.raises(DocumentError) as refused:
+        parse_options(nested)
+    assert refused.value.reason == "invalid_options"
+
+
+def test_a_huge_unknown_field_name_is_quoted_cut_short() -> None:
+    with pytest.raises(DocumentError) as refused:
+        parse_options({"x" * 1_000_000: 1})
+    assert refused.value.reason == "invalid_options"
+    assert len(refused.value.message) < 300

@@ -171,6 +171,33 @@ async def test_cancellation_aborts_the_request_and_settles_nothing(
     assert not acks.completed
 
 
+async def test_options_nested_fifty_thousand_levels_deep_fail_as_invalid_options(
+    pipeline: DocumentPipeline,
+) -> None:
+    acks = Acks()
+    sidecar = b'{"style": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"  # what a folder sidecar holds
+    assert await pipeline.process(acks.item("deep", options=sidecar)) == "invalid_options"
+    assert acks.failed["deep"]["reason"] == "invalid_options"
+
+
+async def test_a_result_the_sink_cannot_write_for_this_document_becomes_its_failure_record(
+    pipeline: DocumentPipeline,
+) -> None:
+    # A Kafka result too large for max_request_bytes: the sink refuses this record, nothing is
+    # acknowledged, and the document fails (a dead letter) instead of the service.
+    acks = Acks()
+    item = acks.item("big")
+
+    async def refuse(record: Record) -> None:
+        raise DocumentError("too_large", "the result is 20000 bytes, over max_request_bytes")
+
+    item.on_complete = refuse
+    assert await pipeline.process(item) == "too_large"
+    assert acks.failed["big"]["reason"] == "too_large"
+    assert "max_request_bytes" in acks.failed["big"]["message"]
+    assert acks.failed["big"]["sha256"] is not None
+
+
 # -- profiles --------------------------------------------------------------------------------------
 
 

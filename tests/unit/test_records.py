@@ -8,10 +8,14 @@ import re
 import pytest
 
 from daemon.records import (
+    REDUCED_TEXT_BYTES,
+    carried_bytes,
+    clip_text,
     dead_letter,
     dead_letter_headers,
     encode_record,
     parse_request_id,
+    reduced_dead_letter,
     request_id,
     result_headers,
 )
@@ -80,3 +84,63 @@ def test_dead_letter_headers_add_the_reason() -> None:
         ("a", b"1"),
         ("reason", b"too_large"),
     ]
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "expected"),
+    [
+        ("short", 10, "short"),
+        ("abcdefghij", 10, "abcdefghij"),
+        ("abcdefghijk", 10, "abcdefg…"),
+        ("ééééé", 6, "é…"),  # never half a character
+        ("a\udc80b", 10, "a?b"),  # a lone surrogate cannot be written as UTF-8
+    ],
+)
+def test_clip_text_cuts_to_bytes_on_a_character(text: str, limit: int, expected: str) -> None:
+    clipped = clip_text(text, limit)
+    assert clipped == expected
+    assert len(clipped.encode("utf-8")) <= limit
+
+
+def test_carried_bytes_keeps_a_bounded_copy_with_size_and_hash_when_cut() -> None:
+    assert carried_bytes("key", None, 4) == {"key": None}
+    assert carried_bytes("key", b"abc", 4) == {"key": "abc"}
+    cut = carried_bytes("key", b"abcdef\xff", 4)
+    assert cut["key"] == "abcd"
+    assert cut["key_bytes"] == 7
+    assert len(cut["key_sha256"]) == 64
+
+
+def test_dead_letter_has_the_payload_hash_and_is_not_reduced() -> None:
+    letter = dead_letter({"id": "x"}, topic="t", partition=0, offset=1, value=b"abc", payload_bytes=2)
+    assert letter["payload_sha256"] == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    assert letter["reduced"] is False
+
+
+def test_a_reduced_dead_letter_is_small_whatever_the_letter_holds() -> None:
+    huge = "\u0001" * 100_000  # escaped six times over in JSON
+    letter = dead_letter(
+        {
+            "id": huge,
+            "source": "kafka",
+            "reason": "too_large",
+            "message": huge,
+            "sha256": None,
+            "input_bytes": None,
+            "metadata": {"key": huge, "headers": {huge: huge}, "key_bytes": 5, "offset": 1},
+            "failed_at": "now",
+            "docsumd_version": "0",
+        },
+        topic="t" * 249,
+        partition=0,
+        offset=1,
+        value=b"v" * 1_000_000,
+        payload_bytes=64 * 1024,
+    )
+    reduced = reduced_dead_letter(letter)
+    assert reduced["reduced"] is True
+    assert reduced["payload"] is None
+    assert (reduced["payload_bytes"], reduced["payload_sha256"]) == (1_000_000, letter["payload_sha256"])
+    assert reduced["metadata"] == {"key_bytes": 5, "offset": 1}
+    assert len(reduced["id"].encode()) <= REDUCED_TEXT_BYTES
+    assert len(encode_record(reduced)) < 4096

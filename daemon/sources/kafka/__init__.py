@@ -5,14 +5,19 @@
 document id is the message key. A value whose first non-blank byte is ``{`` is read as JSON, unless
 the ``content-type`` header says ``text/plain`` (``application/json`` forces JSON). Without an id or
 a key, the id is ``TOPIC-PARTITION-OFFSET``. The message's headers, key and coordinates go into the
-work item's metadata, so they reach the result record. A malformed message (bad JSON, no text, a
-tombstone) fails with reason ``invalid_message``; a value over ``max_message_bytes`` with
-``too_large``. Neither ever stops its partition: both become dead letters and the offset moves on.
+work item's metadata, so they reach the result record. A malformed message (bad JSON or JSON nested
+too deeply to parse, no text, a tombstone, a header whose value is null) fails with reason
+``invalid_message``; a value over ``max_message_bytes``, a key or id over ``max_key_bytes`` or headers
+over ``max_header_bytes`` with ``too_large``. None ever stops its partition: all become dead letters
+and the offset moves on.
 
 **Output.** :class:`~daemon.sinks.kafka.KafkaSink`: results to ``output_topic`` (key: the document
 id; value: the same record as the folder's result file; headers: the input's, plus ``model`` and
 ``prompt_version``), failure records to ``dead_letter_topic`` with the source topic, partition and
 offset and the original value (its first ``dead_letter_payload_bytes`` and its size when larger).
+Every output is built to fit ``max_request_bytes`` (bounded copies of key, headers and payload; a
+dead letter that would not fit is reduced), and one the broker refuses anyway is replaced by its
+reduced dead letter (:mod:`~daemon.sources.kafka.messages`, :mod:`~daemon.sources.kafka.committer`).
 
 **Offsets.** Auto-commit is off. Documents finish out of order; per partition the committed offset
 is the lowest one not yet finished (:mod:`daemon.sources.kafka.offsets`): a result or dead letter is
@@ -21,9 +26,10 @@ acknowledged by the broker before its offset counts as finished. Commits run eve
 them afterwards) and on stop. Delivery is at least once: a crash re-reads what was not committed.
 
 **Backpressure.** The service pulls an item only when it has room. Fetched messages wait in a local
-buffer of ``max_buffered_messages``; when it is full every assigned partition is paused, and resumed
-once there is room. The consumer keeps polling while paused, so however long a document takes it
-stays in its group (heartbeats run in aiokafka's background task; polls satisfy max.poll.interval).
+buffer of ``max_buffered_messages`` and ``max_buffered_bytes``; when it is full every assigned
+partition is paused, and resumed once there is room. The consumer keeps polling while paused, so
+however long a document takes it stays in its group (heartbeats run in aiokafka's background task;
+polls satisfy max.poll.interval).
 
 **Exactly once** (opt-in, ``exactly_once = true``). Outputs are not sent one by one: a finished
 document's result or dead letter is held until every earlier message of its partition is finished;

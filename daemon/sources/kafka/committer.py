@@ -12,10 +12,15 @@ that reads ``exactly_once``); the source hands each finished output to it and as
   with the offsets in one Kafka transaction (:meth:`daemon.sinks.kafka.KafkaSink.write_transaction`).
 
 Both commit every owned partition's new commit point (:mod:`daemon.sources.kafka.offsets`) and never
-commit a partition again after it was revoked. A failed commit is retried with the next one (it sets
-:attr:`Committer.wanted`); a fenced producer (:class:`~daemon.errors.ProducerFencedError`) is fatal
-and propagates. They talk to the consumer and the sink only through the small protocols below, so
-unit tests drive them with fakes.
+commit a partition again after it was revoked. An output the broker refuses as too large
+(:class:`~daemon.sinks.kafka.RecordTooLargeError`) is that message's problem, not the service's: its
+:attr:`~daemon.sinks.kafka.Output.fallback` (a reduced dead letter) is written instead, and if there
+is none or that is refused too, nothing: the refusal is logged with the message's coordinates and
+counted (``docsumd_kafka_refused_records``), and its offset counts as finished all the same, so that
+one record can never stop the partition or crash-loop the daemon. A failed commit is retried with
+the next one (it sets :attr:`Committer.wanted`); a fenced producer
+(:class:`~daemon.errors.ProducerFencedError`) is fatal and propagates. They talk to the consumer and
+the sink only through the small protocols below, so unit tests drive them with fakes.
 """
 
 from __future__ import annotations
@@ -31,10 +36,10 @@ from aiokafka.errors import KafkaError
 from daemon.config import KafkaSourceConfig
 from daemon.errors import ProducerFencedError, SinkError
 from daemon.logging import get_logger
-from daemon.metrics import KAFKA_COMMITS, KAFKA_PENDING_RESULTS
+from daemon.metrics import KAFKA_COMMITS, KAFKA_PENDING_RESULTS, KAFKA_REFUSED_RECORDS
 from daemon.records import Headers
-from daemon.sinks.kafka import Output
-from daemon.sources.kafka.held import HeldOutputs
+from daemon.sinks.kafka import Output, RecordTooLargeError
+from daemon.sources.kafka.held import Held, HeldOutputs
 from daemon.sources.kafka.offsets import OffsetBook, PartitionOffsets
 
 # One logger for the whole package, named as before it was one: log queries keep matching.
@@ -55,7 +60,8 @@ class OutputSender(Protocol):
     """What the at-least-once committer needs of the sink: send one record, acknowledged."""
 
     async def send(self, topic: str, key: str, value: bytes, headers: Headers) -> None:
-        """Return once the broker acknowledged the record; :class:`SinkError` (fatal) if it cannot."""
+        """Return once the broker acknowledged the record; :class:`RecordTooLargeError` if it is refused
+        as too large, :class:`SinkError` (fatal) if it cannot be written at all."""
         ...
 
 
@@ -65,8 +71,9 @@ class TransactionWriter(Protocol):
     async def write_transaction(
         self, outputs: Sequence[Output], offsets: Mapping[Any, int], group_id: str
     ) -> None:
-        """Write ``outputs`` and commit ``offsets`` atomically; :class:`SinkError` if aborted,
-        :class:`ProducerFencedError` if another producer took over the transactional id."""
+        """Write ``outputs`` and commit ``offsets`` atomically; :class:`SinkError` if aborted
+        (:class:`RecordTooLargeError` when because a record was too large), :class:`ProducerFencedError`
+        if another producer took over the transactional id."""
         ...
 
 
@@ -91,6 +98,11 @@ def _described(offsets: Mapping[Any, int]) -> dict[str, int]:
         f"{tp.topic}-{tp.partition}" if hasattr(tp, "topic") else str(tp): offset
         for tp, offset in offsets.items()
     }
+
+
+def _where(partition: Any, offset: int) -> str:
+    """A message's coordinates for the log: ``TOPIC-PARTITION@OFFSET``."""
+    return f"{next(iter(_described({partition: offset})))}@{offset}"
 
 
 class Committer(ABC, Generic[P]):
@@ -139,6 +151,31 @@ class Committer(ABC, Generic[P]):
         tracker.finish(offset)  # ignored if the partition was revoked meanwhile
         self.wanted.set()
 
+    @staticmethod
+    def _instead_of(output: Output, error: RecordTooLargeError, where: str) -> Output | None:
+        """``output`` was refused as too large: what to write instead (its fallback, or None), logged
+        and counted."""
+        fallback = output.fallback
+        KAFKA_REFUSED_RECORDS.labels(
+            written_instead="nothing" if fallback is None else "reduced_dead_letter"
+        ).inc()
+        if fallback is None:
+            log.error(
+                "the broker refused a record as too large and there is nothing smaller to write: the "
+                "message ends without an output",
+                message=where,
+                topic=output.topic,
+                error=error.message,
+            )
+        else:
+            log.warning(
+                "the broker refused a record as too large: writing its reduced dead letter instead",
+                message=where,
+                topic=output.topic,
+                error=error.message,
+            )
+        return fallback
+
 
 class AtLeastOnceCommitter(Committer[P]):
     """Outputs written one by one as documents finish; offsets committed with the consumer."""
@@ -150,8 +187,16 @@ class AtLeastOnceCommitter(Committer[P]):
 
     async def deliver(self, partition: P, tracker: PartitionOffsets, offset: int, output: Output) -> None:
         """Write ``output`` (acknowledged by the broker), then count its offset as finished. Written
-        even if the partition was revoked meanwhile: at least once."""
-        await self._sink.send(output.topic, output.key, output.value, output.headers)
+        even if the partition was revoked meanwhile: at least once. Refused as too large: its fallback
+        instead, or nothing (see the module's doc)."""
+        current: Output | None = output
+        while current is not None:
+            try:
+                await self._sink.send(current.topic, current.key, current.value, current.headers)
+            except RecordTooLargeError as exc:
+                current = self._instead_of(current, exc, _where(partition, offset))
+            else:
+                break
         self._finished(tracker, offset)
 
     async def _commit(self, offsets: dict[P, int], *, why: str) -> bool:
@@ -194,7 +239,8 @@ class TransactionalCommitter(Committer[P]):
         self._sink = sink
         self._group_id = group_id
         self._max_pending = max_pending_results
-        self._held: HeldOutputs[P, Output] = HeldOutputs()
+        # None: nothing is written for that offset (the broker refused every form of its output).
+        self._held: HeldOutputs[P, Output | None] = HeldOutputs()
 
     @property
     def held(self) -> int:
@@ -219,12 +265,17 @@ class TransactionalCommitter(Committer[P]):
         """Write the held outputs below ``offsets`` and the offsets in one transaction. False if it
         failed (aborted, the outputs stay held: retried later); a fenced producer propagates."""
         covered = self._held.covered_below(offsets)
-        outputs = [held.output for held in covered]
+        outputs = [held.output for held in covered if held.output is not None]
         try:
             await self._sink.write_transaction(outputs, offsets, self._group_id)
         except ProducerFencedError:
             KAFKA_COMMITS.labels(outcome="failed").inc()
             raise
+        except RecordTooLargeError as exc:
+            KAFKA_COMMITS.labels(outcome="failed").inc()
+            self._shrink_largest(covered, exc)
+            self.wanted.set()
+            return False
         except SinkError as exc:
             KAFKA_COMMITS.labels(outcome="failed").inc()
             log.warning("transaction failed and aborted; retrying later", why=why, error=str(exc))
@@ -235,6 +286,17 @@ class TransactionalCommitter(Committer[P]):
         KAFKA_PENDING_RESULTS.set(len(self._held))
         log.debug("transaction committed", why=why, outputs=len(outputs), offsets=_described(offsets))
         return True
+
+    def _shrink_largest(self, covered: list[Held[P, Output | None]], error: RecordTooLargeError) -> None:
+        """The broker refused a record of the transaction, without saying which: replace the largest
+        by what goes instead (the next try finds the next one, if there is one)."""
+        candidates = [held for held in covered if held.output is not None]
+        if not candidates:
+            return
+        largest = max(candidates, key=lambda held: held.output.size if held.output is not None else 0)
+        assert largest.output is not None
+        where = _where(largest.partition, largest.offset)
+        self._held.replace(largest, self._instead_of(largest.output, error, where))
 
     async def revoke(self, partitions: Iterable[P]) -> None:
         """One last transaction for the revoked partitions; whatever it does not cover is dropped and

@@ -5,8 +5,9 @@ and the offset may only be committed once every earlier message of its partition
 (:mod:`daemon.sources.kafka.offsets`). So a finished output is *held* here under its partition and
 offset; each commit takes the held outputs *covered* by the new commit points (offset below the
 point), writes them with those offsets in one transaction, and *releases* them once it succeeded.
-A failed transaction releases nothing: the outputs stay held for the next try. Outputs of a
-partition taken away are *dropped*; the partition's new owner reads their inputs again.
+A failed transaction releases nothing: the outputs stay held for the next try (one the broker refused
+as too large is *replaced* by a smaller one first). Outputs of a partition taken away are *dropped*;
+the partition's new owner reads their inputs again.
 
 :class:`HeldOutputs` is the ledger: pure logic, no I/O, generic over the partition (aiokafka's
 ``TopicPartition`` in the daemon, anything hashable in tests) and over the output.
@@ -61,6 +62,13 @@ class HeldOutputs(Generic[P, T]):
                 Held(partition, offset, outputs[offset]) for offset in sorted(outputs) if offset < point
             ]
         return covered
+
+    def replace(self, held: Held[P, T], output: T) -> None:
+        """Hold ``output`` instead of ``held``'s (the broker refused that one: a smaller one goes)."""
+        outputs = self._held.get(held.partition, {})
+        if held.offset not in outputs:
+            raise ValueError(f"no output is held for offset {held.offset}")
+        outputs[held.offset] = output
 
     def release(self, covered: Iterable[Held[P, T]]) -> None:
         """``covered`` was written and its offsets committed: forget those outputs."""

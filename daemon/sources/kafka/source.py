@@ -23,13 +23,16 @@ from aiokafka.errors import KafkaError
 from daemon.config import KafkaSourceConfig
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
-from daemon.metrics import KAFKA_BUFFERED, KAFKA_LAG, KAFKA_PAUSED_PARTITIONS
+from daemon.metrics import KAFKA_BUFFERED, KAFKA_BUFFERED_BYTES, KAFKA_LAG, KAFKA_PAUSED_PARTITIONS
 from daemon.records import Record
 from daemon.sinks.kafka import KafkaSink, Output
 from daemon.sources.kafka.committer import Committer, committer_for
 from daemon.sources.kafka.messages import (
+    MessageLimits,
+    OutputTopics,
     ParsedMessage,
     dead_letter_output,
+    message_bytes,
     message_metadata,
     read_message,
     result_output,
@@ -52,6 +55,8 @@ class _Entry:
     partition: TopicPartition
     tracker: PartitionOffsets
     message: ConsumerRecord[bytes, bytes]
+    size: int
+    """The message's bytes (key, value, headers): what it weighs in the local buffer."""
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -81,10 +86,13 @@ class KafkaSource(Lifecycle):
         self.config = config
         self.sink = sink
         self.max_input_bytes = max_input_bytes
+        self._limits = MessageLimits.of(config)
+        self._outputs = OutputTopics.of(config)
         self._consumer: AIOKafkaConsumer | None = None
         self._committer: Committer[TopicPartition] | None = None
         self._book: OffsetBook[TopicPartition] = OffsetBook()
         self._buffer: deque[_Entry] = deque()
+        self._buffered_bytes = 0
         self._next_fetch: dict[TopicPartition, int] = {}
         self._data = asyncio.Event()
         self._room = asyncio.Event()
@@ -144,6 +152,8 @@ class KafkaSource(Lifecycle):
             session_timeout_ms=config.session_timeout_ms,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             max_poll_interval_ms=config.max_poll_interval_ms,
+            # The client's own read-ahead, bounded like the local buffer (a larger message still comes).
+            fetch_max_bytes=config.max_buffered_bytes,
             isolation_level="read_committed",
         )
         consumer.subscribe(
@@ -167,15 +177,29 @@ class KafkaSource(Lifecycle):
             if consumer is not None and committer is not None:
                 with contextlib.suppress(Exception):
                     await committer.commit(why="stop")
+                self._log_unfinished()
                 self._book.revoke_all()
-                self._buffer.clear()
+                self._set_buffer(deque())
                 committer.drop(why="stop")
                 await consumer.stop()
         finally:
             await self.sink.stop()
-            KAFKA_BUFFERED.set(0)
             KAFKA_PAUSED_PARTITIONS.set(0)
             log.info("kafka source stopped")
+
+    def _log_unfinished(self) -> None:
+        """Say where each partition will be read again from, when messages of it were unfinished: after
+        a crash on every start, the message at that offset (or one just after it) is the suspect."""
+        for partition in self._book.partitions:
+            tracker = self._book.get(partition)
+            if tracker is not None and tracker.pending:
+                log.warning(
+                    "unfinished messages: read again from the committed offset on the next start",
+                    partition=f"{partition.topic}-{partition.partition}",
+                    committed=tracker.committed,
+                    first_unfinished=tracker.commit_point,
+                    unfinished=tracker.pending,
+                )
 
     def _task_done(self, task: asyncio.Task[None]) -> None:
         # Background tasks are owned here; a failure stops intake (items() raises it to the service).
@@ -199,9 +223,10 @@ class KafkaSource(Lifecycle):
                     await asyncio.wait_for(self._data.wait(), 1.0)
                 continue
             entry = self._buffer.popleft()
-            KAFKA_BUFFERED.set(len(self._buffer))
+            self._buffered_bytes -= entry.size
+            self._report_buffer()
             self._room.set()
-            parsed = await read_message(entry.message, max_message_bytes=self.config.max_message_bytes)
+            parsed = await read_message(entry.message, self._limits)
             if entry.tracker.revoked:
                 continue  # the partition was taken away meanwhile; its new owner reads it again
             yield self._work_item(entry, parsed)
@@ -222,26 +247,20 @@ class KafkaSource(Lifecycle):
             load=load,
             on_complete=lambda record: self._complete(entry, parsed.id, record),
             on_fail=lambda record: self._fail(entry, parsed.id, record),
-            metadata=message_metadata(entry.message),
+            metadata=message_metadata(entry.message, self._limits),
             load_options=load_options,
+            size=len(parsed.text or b""),
             profile=self.config.profile_for(entry.message.topic),
         )
 
     # -- acknowledgement: the committer writes or holds the output, then the offset is finished ---
 
     async def _complete(self, entry: _Entry, doc_id: str, record: Record) -> None:
-        output = result_output(entry.message, doc_id, record, topic=self.config.output_topic)
-        await self._deliver(entry, output)
+        # DocumentError too_large when the result cannot fit: the document fails (a dead letter).
+        await self._deliver(entry, result_output(entry.message, doc_id, record, self._outputs))
 
     async def _fail(self, entry: _Entry, doc_id: str, record: Record) -> None:
-        output = dead_letter_output(
-            entry.message,
-            doc_id,
-            record,
-            topic=self.config.dead_letter_topic,
-            payload_bytes=self.config.dead_letter_payload_bytes,
-        )
-        await self._deliver(entry, output)
+        await self._deliver(entry, dead_letter_output(entry.message, doc_id, record, self._outputs))
 
     async def _deliver(self, entry: _Entry, output: Output) -> None:
         committer = self._committer
@@ -254,6 +273,8 @@ class KafkaSource(Lifecycle):
         """Fill the local buffer; pause every partition while it is full, keep polling regardless."""
         while True:
             room = self.config.max_buffered_messages - len(self._buffer)
+            if self._buffered_bytes >= self.config.max_buffered_bytes:
+                room = 0  # full by bytes: a few large messages weigh as much as many small ones
             if committer.pause_needed:
                 room = 0  # outputs wait for an earlier message; take no more for now
             assigned = consumer.assignment()
@@ -267,7 +288,7 @@ class KafkaSource(Lifecycle):
             for partition, messages in batches.items():
                 self._take_in(partition, messages)
             if batches:
-                KAFKA_BUFFERED.set(len(self._buffer))
+                self._report_buffer()
                 self._data.set()
             elif room <= 0:
                 with contextlib.suppress(TimeoutError):
@@ -279,7 +300,11 @@ class KafkaSource(Lifecycle):
         if room <= 0:
             if assigned - paused:
                 consumer.pause(*(assigned - paused))
-                log.debug("local buffer full: partitions paused", buffered=len(self._buffer))
+                log.debug(
+                    "local buffer full: partitions paused",
+                    buffered=len(self._buffer),
+                    buffered_bytes=self._buffered_bytes,
+                )
         elif paused:
             consumer.resume(*paused)
         KAFKA_PAUSED_PARTITIONS.set(len(consumer.paused()))
@@ -295,8 +320,20 @@ class KafkaSource(Lifecycle):
             except ValueError:
                 log.warning("skipping a message fetched twice", topic=message.topic, offset=message.offset)
                 continue
-            self._buffer.append(_Entry(partition, tracker, message))
+            entry = _Entry(partition, tracker, message, message_bytes(message))
+            self._buffer.append(entry)
+            self._buffered_bytes += entry.size
         self._next_fetch[partition] = messages[-1].offset + 1
+
+    def _set_buffer(self, entries: deque[_Entry]) -> None:
+        """Replace the local buffer (on revocation and stop), keeping its byte count."""
+        self._buffer = entries
+        self._buffered_bytes = sum(entry.size for entry in entries)
+        self._report_buffer()
+
+    def _report_buffer(self) -> None:
+        KAFKA_BUFFERED.set(len(self._buffer))
+        KAFKA_BUFFERED_BYTES.set(self._buffered_bytes)
 
     async def _idle_pause(self, consumer: AIOKafkaConsumer) -> None:
         """Nothing came in: stop fetching for ``idle_pause_ms``. aiokafka keeps a fetch request in
@@ -331,8 +368,7 @@ class KafkaSource(Lifecycle):
         committer = self._committer
         assert committer is not None  # set before the consumer that calls this starts
         await committer.revoke(revoked)
-        self._buffer = deque(entry for entry in self._buffer if entry.partition not in revoked)
-        KAFKA_BUFFERED.set(len(self._buffer))
+        self._set_buffer(deque(entry for entry in self._buffer if entry.partition not in revoked))
         for partition in revoked:
             self._next_fetch.pop(partition, None)
             with contextlib.suppress(KeyError):

@@ -1,0 +1,297 @@
+"""Unit tests for the HTTP endpoint under abuse (daemon.metrics.MetricsServer, daemon.http_limits).
+
+Real sockets on loopback, no fakes of the server: slow and idle clients are closed at their deadline,
+connections past the cap are closed at once, normal and kept-alive requests keep working, and running
+out of file descriptors while accepting (a child process with a low open-file limit) is logged at
+most once in a while and recovers by itself. Deadlines are a fraction of a second here; every wait
+is bounded, and the assertions allow for a slow machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon import http_limits
+from daemon.http_limits import ConnectionLimits
+from daemon.metrics import MetricsServer
+
+REPO = Path(__file__).resolve().parents[2]
+LIMITS = ConnectionLimits(max_connections=4, request_seconds=0.5, response_seconds=2.0, idle_seconds=1.0)
+WAIT = 10.0
+
+
+class Recorder:
+    """Stands in for a module's structlog logger: keeps (level, event, fields)."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __getattr__(self, level: str) -> Any:
+        return lambda event, **fields: self.records.append((level, event, fields))
+
+    def events(self, level: str = "warning") -> list[str]:
+        return [event for lvl, event, _ in self.records if lvl == level]
+
+
+@contextlib.asynccontextmanager
+async def serving(limits: ConnectionLimits = LIMITS) -> AsyncIterator[MetricsServer]:
+    """The endpoint on a free loopback port, in the test's own event loop (not a fixture's)."""
+    async with MetricsServer(
+        "127.0.0.1", 0, healthy=lambda: True, ready=lambda: True, limits=limits
+    ) as server:
+        yield server
+
+
+@pytest.fixture
+def recorded(monkeypatch: pytest.MonkeyPatch) -> Recorder:
+    recorder = Recorder()
+    monkeypatch.setattr(http_limits, "log", recorder)
+    return recorder
+
+
+async def get(port: int, path: str = "/healthz") -> tuple[int, bytes]:
+    """One HTTP/1.1 request on a fresh connection (closed after the response)."""
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    try:
+        writer.write(f"GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n".encode())
+        await writer.drain()
+        response = await asyncio.wait_for(reader.read(), WAIT)
+    finally:
+        writer.close()
+    status = int(response.split(b" ", 2)[1]) if response else 0
+    return status, response
+
+
+async def closed_within(reader: asyncio.StreamReader, seconds: float) -> float | None:
+    """Seconds until the server closes the connection (EOF or reset), or None if it did not in time."""
+    started = time.monotonic()
+    try:
+        while await asyncio.wait_for(reader.read(65536), seconds):
+            pass
+    except TimeoutError:
+        return None
+    except ConnectionError:
+        pass
+    return time.monotonic() - started
+
+
+async def test_normal_and_kept_alive_requests_work() -> None:
+    async with serving() as server:
+        assert (await get(server.port, "/metrics"))[0] == 200
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        for _ in range(3):  # one connection, three requests, as a Prometheus server scrapes
+            writer.write(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+            await writer.drain()
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), WAIT)
+            assert head.startswith(b"HTTP/1.1 200")
+            length = int(
+                next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length")).split(b":")[1]
+            )
+            await reader.readexactly(length)
+        writer.close()
+        assert server.listener is not None
+        assert server.listener.timed_out_connections == 0
+
+
+async def test_silent_client_is_closed_after_the_request_deadline() -> None:
+    async with serving() as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        took = await closed_within(reader, WAIT)
+        writer.close()
+        assert took is not None
+        assert LIMITS.request_seconds * 0.8 <= took < LIMITS.request_seconds + 3
+
+
+async def test_trickling_headers_do_not_extend_the_deadline() -> None:
+    """Slowloris: a byte every 0.1 s keeps the connection busy but never completes the headers."""
+    async with serving() as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        started = time.monotonic()
+        request = b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 1000
+        closed = False
+        for byte in request:
+            try:
+                writer.write(bytes([byte]))
+                await writer.drain()
+            except ConnectionError:
+                closed = True
+                break
+            if reader.at_eof():
+                closed = True
+                break
+            await asyncio.sleep(0.1)
+            if time.monotonic() - started > WAIT:
+                break
+        if not closed:
+            closed = await closed_within(reader, 1.0) is not None
+        took = time.monotonic() - started
+        writer.close()
+        assert closed, "a client trickling its headers was never closed"
+        assert took < LIMITS.request_seconds + 3
+
+
+async def test_idle_kept_alive_connection_is_closed() -> None:
+    async with serving() as server:
+        reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+        writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
+        await writer.drain()
+        await asyncio.wait_for(reader.readuntil(b"}"), WAIT)
+        took = await closed_within(reader, WAIT)
+        writer.close()
+        assert took is not None
+        assert took < max(LIMITS.idle_seconds, LIMITS.response_seconds) + 3
+
+
+async def test_connections_over_the_cap_are_closed_at_once_and_logged_rarely(recorded: Recorder) -> None:
+    async with serving() as server:
+        listener = server.listener
+        assert listener is not None
+        held = [
+            await asyncio.open_connection("127.0.0.1", server.port) for _ in range(LIMITS.max_connections)
+        ]
+        await asyncio.sleep(0.1)
+        assert listener.open_connections == LIMITS.max_connections
+        extra = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(20)]
+        for reader, _ in extra:
+            took = await closed_within(reader, 2.0)
+            assert took is not None
+            assert took < 2.0
+        assert listener.open_connections == LIMITS.max_connections
+        assert listener.refused_connections == 20
+        assert (
+            recorded.events().count("metrics endpoint: connection limit reached; closing new connections")
+            == 1
+        )
+        # The held connections time out; then the endpoint serves again.
+        for reader, _ in held:
+            assert await closed_within(reader, WAIT) is not None
+        for _, writer in (*held, *extra):
+            writer.close()
+        assert (await get(server.port))[0] == 200
+        assert listener.open_connections <= 1
+
+
+async def test_stop_does_not_wait_for_slow_clients(recorded: Recorder) -> None:
+    endpoint = MetricsServer(
+        "127.0.0.1",
+        0,
+        healthy=lambda: True,
+        ready=lambda: True,
+        limits=ConnectionLimits(max_connections=8, request_seconds=60, response_seconds=60, idle_seconds=60),
+    )
+    await endpoint.start()
+    clients = [await asyncio.open_connection("127.0.0.1", endpoint.port) for _ in range(5)]
+    await asyncio.sleep(0.1)
+    started = time.monotonic()
+    await endpoint.stop()
+    await endpoint.stop()  # idempotent
+    assert time.monotonic() - started < 5
+    for _, writer in clients:
+        writer.close()
+
+
+# A child process: serves the endpoint, then uses up its own descriptors (a low RLIMIT_NOFILE, filled
+# with /dev/null), so that accepting connections fails with EMFILE until the test tells it to free them.
+_EMFILE_CHILD = textwrap.dedent(
+    """
+    import asyncio, json, logging, os, resource, sys
+    from daemon import fd_exhaustion
+    from daemon.metrics import MetricsServer
+
+    warnings = []
+    class Recorder:
+        def warning(self, event, **fields):
+            warnings.append([event, fields.get("where")])
+        def __getattr__(self, name):
+            return lambda *args, **kwargs: None
+    fd_exhaustion.log = Recorder()
+    errors = []
+    class Count(logging.Handler):
+        def emit(self, record):
+            if record.levelno >= logging.ERROR:
+                errors.append(record.getMessage())
+    logging.getLogger().addHandler(Count())
+
+    async def main():
+        server = MetricsServer("127.0.0.1", 0, healthy=lambda: True, ready=lambda: True)
+        await server.start()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, int)  # start the executor now: importing later needs a descriptor
+        resource.setrlimit(resource.RLIMIT_NOFILE, (64, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+        fillers = []
+        while True:
+            try:
+                fillers.append(os.open("/dev/null", os.O_RDONLY))
+            except OSError:
+                break
+        print(json.dumps({"port": server.port}), flush=True)
+        await loop.run_in_executor(None, sys.stdin.readline)  # the test says when to free them
+        for fd in fillers:
+            os.close(fd)
+        await loop.run_in_executor(None, sys.stdin.readline)  # and when to stop
+        await server.stop()
+        print(json.dumps({"warnings": warnings, "errors": errors}), flush=True)
+
+    asyncio.run(main())
+    """
+)
+
+
+async def json_line(stream: asyncio.StreamReader) -> dict[str, Any]:
+    """The child's next JSON line (its log lines, on the same stream, are skipped)."""
+    while True:
+        line = await asyncio.wait_for(stream.readline(), 60)
+        assert line, "the child exited early"
+        if line.startswith(b"{"):
+            data: dict[str, Any] = json.loads(line)
+            return data
+
+
+async def test_accept_out_of_descriptors_is_logged_once_and_recovers(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    child = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        _EMFILE_CHILD,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=env,
+        cwd=tmp_path,
+        limit=1 << 24,
+    )
+    assert child.stdin is not None
+    assert child.stdout is not None
+    try:
+        port = (await json_line(child.stdout))["port"]
+        # These sit in the listen backlog: each accept fails with EMFILE; asyncio retries every second.
+        waiting = [await asyncio.open_connection("127.0.0.1", port) for _ in range(3)]
+        await asyncio.sleep(3.5)
+        child.stdin.write(b"free\n")
+        await child.stdin.drain()
+        # Accepted and served once descriptors are back, without anything restarting.
+        status, _ = await asyncio.wait_for(get(port), WAIT)
+        assert status == 200
+        for _, writer in waiting:
+            writer.close()
+        child.stdin.write(b"stop\n")
+        await child.stdin.drain()
+        report = await json_line(child.stdout)
+    finally:
+        if child.returncode is None:
+            child.kill()
+        await child.wait()
+    # At least three failed accept rounds, one warning, and no error (no traceback per retry).
+    assert report["warnings"] == [["out of file descriptors; retrying", "accepting a metrics connection"]]
+    assert report["errors"] == []

@@ -1,0 +1,182 @@
+"""Health means progress: the service with a fake engine that stops answering (tests/fakes.py).
+
+With work in flight and nothing finishing for ``service.stall_seconds``, ``healthy()`` (what /healthz
+answers) turns false and the systemd watchdog pings stop; idle with no work, or a long document whose
+engine requests keep completing, stays healthy. The real notify socket is used for the pings.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.config import Config, EngineConfig, MetricsConfig, ServiceConfig, SummaryConfig
+from daemon.contracts import Source
+from daemon.notify import SystemdNotifier
+from daemon.progress import ProgressWatch
+from daemon.service import Service
+from daemon.sinks.folder import FolderSink
+from daemon.sources.files import FilesSource
+from daemon.work import WorkItem
+from tests.fakes import FakeEngine
+
+STALL = 0.5
+
+
+def _config(tmp_path: Path, *, fan_out: int = 8, stall: float = STALL) -> Config:
+    return Config(
+        engine=EngineConfig(model=str(tmp_path / "model"), max_model_len=1024),
+        summary=SummaryConfig(max_summary_tokens=16, max_parallel_requests_per_document=fan_out),
+        metrics=MetricsConfig(enabled=False),
+        service=ServiceConfig(status_interval_seconds=60, stall_seconds=stall, drain_seconds=0),
+    )
+
+
+def _files_source(tmp_path: Path, texts: dict[str, str]) -> FilesSource:
+    folder = tmp_path / "in"
+    folder.mkdir(exist_ok=True)
+    paths = []
+    for name, text in texts.items():
+        (folder / name).write_text(text)
+        paths.append(folder / name)
+    outbox = tmp_path / "out"
+    return FilesSource(paths, FolderSink(outbox, outbox), max_input_bytes=1 << 20)
+
+
+class IdleSource:
+    """A source with nothing to give, ever (a quiet inbox)."""
+
+    backlog = 0
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+    async def items(self) -> AsyncIterator[WorkItem]:
+        await asyncio.Event().wait()
+        yield  # type: ignore[misc]  # pragma: no cover - never reached
+
+
+@contextlib.asynccontextmanager
+async def _running(service: Service) -> AsyncIterator[asyncio.Task[None]]:
+    run = asyncio.create_task(service.run())
+    try:
+        async with asyncio.timeout(10):
+            while not service.ready():  # noqa: ASYNC110 - readiness has no event to wait on
+                await asyncio.sleep(0.01)
+        yield run
+    finally:
+        service.request_stop()
+        service.request_stop()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(run, 10)
+
+
+async def _wedged(request_id: str) -> None:
+    await asyncio.Event().wait()  # an engine that accepted the request and never answers
+
+
+def _service(
+    config: Config, engine: FakeEngine, tokenizer: Any, sources: list[Source], **kwargs: Any
+) -> Service:
+    return Service(config, engine=engine, tokenizer=tokenizer, sources=sources, **kwargs)
+
+
+async def test_a_wedged_engine_with_work_in_flight_turns_unhealthy_after_the_stall_time(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    engine = FakeEngine(behaviour=_wedged)
+    source = _files_source(tmp_path, {"a.txt": "Some words to summarize. " * 10})
+    service = _service(_config(tmp_path), engine, tokenizer, [source])
+    async with _running(service):
+        await asyncio.sleep(0.1)
+        assert engine.active == 1
+        assert service.healthy()  # within the stall time
+        await asyncio.sleep(STALL + 0.2)
+        assert not service.healthy()
+        engine.behaviour = None  # not that this one would come back: its request is stuck
+
+
+async def test_idle_with_no_work_stays_healthy(tmp_path: Path, tokenizer: Any) -> None:
+    service = _service(_config(tmp_path), FakeEngine(), tokenizer, [IdleSource()])
+    async with _running(service):
+        await asyncio.sleep(STALL * 3)
+        assert service.healthy()
+
+
+async def test_a_long_document_whose_requests_keep_completing_stays_healthy(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    engine = FakeEngine(delay=STALL / 3)  # one request at a time: the document takes many stall times
+    long_text = "\n\n".join(f"Paragraph {n}. " + "Words of the contract. " * 60 for n in range(30))
+    source = _files_source(tmp_path, {"long.txt": long_text})
+    service = _service(_config(tmp_path, fan_out=1), engine, tokenizer, [source])
+    healthy: list[bool] = []
+    run = asyncio.create_task(service.run())
+    while not run.done():
+        healthy.append(service.healthy())
+        await asyncio.sleep(0.05)
+    await run
+    assert len(engine.calls) >= 8
+    assert len(engine.calls) * STALL / 3 > 2 * STALL
+    assert all(healthy)
+    assert service.stats.succeeded == 1
+
+
+@pytest.fixture
+def notify_socket(tmp_path: Path) -> Iterator[tuple[str, socket.socket]]:
+    path = str(tmp_path / "notify.sock")
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    server.bind(path)
+    server.setblocking(False)
+    yield path, server
+    server.close()
+
+
+def _pings(server: socket.socket) -> int:
+    count = 0
+    with contextlib.suppress(BlockingIOError):
+        while True:
+            count += server.recv(4096).decode().split("\n").count("WATCHDOG=1")
+    return count
+
+
+async def test_the_watchdog_is_no_longer_fed_once_unhealthy(
+    tmp_path: Path, tokenizer: Any, notify_socket: tuple[str, socket.socket]
+) -> None:
+    path, server = notify_socket
+    notifier = SystemdNotifier(path, watchdog_usec=100_000)  # a ping every 50 ms
+    engine = FakeEngine(behaviour=_wedged)
+    source = _files_source(tmp_path, {"a.txt": "Some words to summarize. " * 10})
+    service = _service(_config(tmp_path), engine, tokenizer, [source], notifier=notifier)
+    async with _running(service):
+        await asyncio.sleep(0.2)
+        assert _pings(server) >= 2  # healthy: fed
+        await asyncio.sleep(STALL + 0.1)
+        _pings(server)
+        await asyncio.sleep(0.3)
+        assert not service.healthy()
+        assert _pings(server) == 0  # stalled: systemd restarts it after WatchdogSec
+
+
+def test_the_watch_clock_starts_when_work_is_first_seen() -> None:
+    now = [0.0]
+    watch = ProgressWatch(10, clock=lambda: now[0])
+    now[0] = 100.0  # idle for long: no stall, and the clock does not run while idle
+    assert not watch.stalled(has_work=False)
+    assert not watch.stalled(has_work=True)  # work just seen: its clock starts now
+    now[0] = 109.0
+    assert not watch.stalled(has_work=True)
+    now[0] = 111.0
+    assert watch.stalled(has_work=True)
+    watch.progressed()
+    assert not watch.stalled(has_work=True)
+    assert not ProgressWatch(0, clock=lambda: now[0]).stalled(has_work=True)  # 0: off

@@ -1,7 +1,8 @@
 """The context budget: how the tokens of one request are shared between template, text and output.
 
 Every length the summarizer works with is decided here, from the configuration and the served
-model's tokenizer, before the engine starts (:func:`build_budget`):
+model's tokenizer, before the engine starts: one budget per profile, since a profile's lengths and
+the length of its wording change the room (:func:`daemon.profiles.build_profiles`):
 
 * ``context_tokens``: ``engine.max_model_len``, what one request holds (prompt and output together);
 * ``summary_tokens``: ``summary.max_summary_tokens``, the final summary's length unless a document
@@ -29,8 +30,8 @@ The rules, each implemented once, here:
    summary and for each document's.
 
 A configuration that breaks a rule raises :class:`~daemon.errors.ConfigError` naming the key to
-change (exit 2, before the engine starts); a document option that breaks rule 1 or 4 fails that
-document with ``invalid_options``.
+change, and the profile (exit 2, before the engine starts); a document option that breaks rule 1 or
+4 fails that document with ``invalid_options``.
 """
 
 from __future__ import annotations
@@ -39,10 +40,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from daemon.errors import ConfigError, DocumentError
-from daemon.prompts import ChatTokenizer, PromptBuilder, PromptKind
+from daemon.prompts import DEFAULT_INSTRUCTIONS, ChatTokenizer, Instructions, PromptBuilder, PromptKind
 
 if TYPE_CHECKING:
-    from daemon.config import Config, Style, SummaryConfig
+    from daemon.config import Style, SummaryConfig
 
 LABEL_TOKENS: Final = 16
 """Room for a combine entry's "[Part N]" label and separator."""
@@ -56,16 +57,23 @@ def max_summary_tokens(context_tokens: int) -> int:
     return context_tokens // 2
 
 
-def check_lengths(context_tokens: int, summary_tokens: int, part_summary_tokens: int) -> None:
+def check_lengths(
+    context_tokens: int,
+    summary_tokens: int,
+    part_summary_tokens: int,
+    *,
+    summary_key: str = "summary.max_summary_tokens",
+) -> None:
     """Rules 1 and 2, which need no tokenizer (``Config`` checks them on load).
 
-    ``part_summary_tokens`` is the effective length (:meth:`~daemon.config.SummaryConfig.part_tokens`).
-    Raises :class:`~daemon.errors.ConfigError` naming the key to change.
+    ``part_summary_tokens`` is the effective length (:meth:`~daemon.config.SummaryConfig.part_tokens`);
+    ``summary_key`` is where ``summary_tokens`` was set. Raises :class:`~daemon.errors.ConfigError`
+    naming the key to change.
     """
     half = max_summary_tokens(context_tokens)
     if summary_tokens > half:
         raise ConfigError(
-            f"summary.max_summary_tokens ({summary_tokens}) must be at most half of "
+            f"{summary_key} ({summary_tokens}) must be at most half of "
             f"engine.max_model_len ({context_tokens})"
         )
     if part_summary_tokens * 3 > half:
@@ -89,7 +97,7 @@ class Combining:
 
 @dataclass(frozen=True, slots=True)
 class ContextBudget:
-    """The lengths of a valid configuration, for one tokenizer. Build it with :func:`build_budget`."""
+    """The lengths of one profile of a valid configuration, for one tokenizer (:meth:`create`)."""
 
     context_tokens: int
     """engine.max_model_len: prompt and output of one request together."""
@@ -101,17 +109,42 @@ class ContextBudget:
     """Tokens of the document one part carries (the room of a part request)."""
     overlap_tokens: int
     """Tokens consecutive parts share."""
-    _prompts: PromptBuilder = field(repr=False, compare=False)
+    prompts: PromptBuilder = field(repr=False, compare=False)
+    """The prompts whose template overheads the rooms leave out (one profile's wording)."""
 
     @classmethod
-    def create(cls, summary: SummaryConfig, context_tokens: int, tokenizer: ChatTokenizer) -> ContextBudget:
-        """The budget of ``summary`` in a context of ``context_tokens`` with ``tokenizer``'s prompts.
+    def create(
+        cls,
+        summary: SummaryConfig,
+        context_tokens: int,
+        tokenizer: ChatTokenizer,
+        *,
+        instructions: Instructions = DEFAULT_INSTRUCTIONS,
+        profile_key: str | None = None,
+        summary_key: str = "summary.max_summary_tokens",
+    ) -> ContextBudget:
+        """The budget of ``summary`` in a context of ``context_tokens`` with ``tokenizer``'s prompts
+        worded by ``instructions``.
 
-        Raises :class:`~daemon.errors.ConfigError` naming the key to change if any rule is broken.
+        Raises :class:`~daemon.errors.ConfigError` naming the key to change if any rule is broken:
+        ``summary_key`` is where ``summary.max_summary_tokens`` was set, and ``profile_key``
+        (``profiles.NAME``), when given, starts the message.
         """
+        try:
+            return cls._create(summary, context_tokens, PromptBuilder(tokenizer, instructions), summary_key)
+        except ConfigError as exc:
+            if profile_key is None:
+                raise
+            raise ConfigError(f"{profile_key}: {exc}") from None
+
+    @classmethod
+    def _create(
+        cls, summary: SummaryConfig, context_tokens: int, prompts: PromptBuilder, summary_key: str
+    ) -> ContextBudget:
         part_summary_tokens = summary.part_tokens(context_tokens)
-        check_lengths(context_tokens, summary.max_summary_tokens, part_summary_tokens)
-        prompts = PromptBuilder(tokenizer)
+        check_lengths(
+            context_tokens, summary.max_summary_tokens, part_summary_tokens, summary_key=summary_key
+        )
         part_input_tokens = _room(prompts, context_tokens, PromptKind.PART, _PART_STYLE, part_summary_tokens)
         budget = cls(
             context_tokens=context_tokens,
@@ -119,12 +152,12 @@ class ContextBudget:
             part_summary_tokens=part_summary_tokens,
             part_input_tokens=part_input_tokens,
             overlap_tokens=min(summary.chunk_overlap_tokens, part_input_tokens // 4),
-            _prompts=prompts,
+            prompts=prompts,
         )
-        budget._check_staging(summary.style)
+        budget._check_staging(summary.style, summary_key)
         return budget
 
-    def _check_staging(self, style: Style) -> None:
+    def _check_staging(self, style: Style, summary_key: str) -> None:
         """Rules 3 and 4 for the configured summary."""
         part = self.part_summary_tokens
         needed = 2 * (part + LABEL_TOKENS)
@@ -140,12 +173,12 @@ class ContextBudget:
             raise ConfigError(
                 f"engine.max_model_len ({self.context_tokens}) leaves too little room for combining part "
                 f"summaries into a summary of {self.summary_tokens} tokens: lower "
-                "summary.max_summary_tokens or raise engine.max_model_len"
+                f"{summary_key} or raise engine.max_model_len"
             )
 
     def room(self, kind: PromptKind, style: Style, max_tokens: int) -> int:
         """Tokens of text a request of ``kind`` asking for ``max_tokens`` in ``style`` can carry."""
-        return _room(self._prompts, self.context_tokens, kind, style, max_tokens)
+        return _room(self.prompts, self.context_tokens, kind, style, max_tokens)
 
     def fits(self, prompt_tokens: int, max_tokens: int) -> bool:
         """Whether a prompt of ``prompt_tokens`` with ``max_tokens`` of output fits the context."""
@@ -200,10 +233,3 @@ def _room(
 ) -> int:
     """Tokens of text a request can carry: the context less the output and the template."""
     return context_tokens - max_tokens - prompts.overhead(kind, style=style, max_tokens=max_tokens)
-
-
-def build_budget(config: Config, tokenizer: ChatTokenizer) -> ContextBudget:
-    """The context budget of ``config`` with the served model's ``tokenizer`` (from
-    :func:`daemon.engine.load_tokenizer`). Raises :class:`~daemon.errors.ConfigError` naming the key
-    to change; call it before the engine starts."""
-    return ContextBudget.create(config.summary, config.engine.max_model_len, tokenizer)

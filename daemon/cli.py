@@ -70,8 +70,9 @@ def _parser() -> argparse.ArgumentParser:
         "check-config",
         help="validate a config file and print the effective config",
         description="Load FILE with DOCSUMD_* environment overrides, validate it, check the context budget "
-        "with the served model's tokenizer (when it can be loaded), and print the effective configuration "
-        "as JSON. Exits 2 with the problems listed if it is invalid.",
+        "of every profile with the served model's tokenizer (when it can be loaded), list the profiles "
+        "(version, what they are for, which source uses which) on stderr, and print the effective "
+        "configuration as JSON, profiles included. Exits 2 with the problems listed if it is invalid.",
     )
     check.add_argument("file", type=Path, metavar="FILE")
     check.set_defaults(func=_cmd_check_config)
@@ -89,6 +90,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     summarize.add_argument(
         "--outbox", type=Path, default=None, help="where results go (default: the config's folder outbox)"
+    )
+    summarize.add_argument(
+        "--profile",
+        default=None,
+        metavar="NAME",
+        help="the summary profile (default: the config's summary.profile)",
     )
     summarize.add_argument("--no-progress", action="store_true", help="no progress bar")
     summarize.set_defaults(func=_cmd_summarize)
@@ -112,15 +119,45 @@ def _parser() -> argparse.ArgumentParser:
 def _cmd_check_config(args: argparse.Namespace) -> int:
     config = load_config(args.file)
     _check_budget(config)
-    print(json.dumps(config.model_dump(mode="json"), indent=2))
+    for line in describe_profiles(config):
+        print(f"docsumd: {line}", file=sys.stderr)
+    effective = config.model_dump(mode="json")
+    # The profiles as they run (shipped ones with the config's changes), not only what the file sets.
+    effective["profiles"] = {
+        name: profile.model_dump(mode="json", exclude_none=True)
+        for name, profile in config.effective_profiles().items()
+    }
+    print(json.dumps(effective, indent=2))
     return EXIT_OK
 
 
+def describe_profiles(config: Config) -> list[str]:
+    """One line per profile: its name, version, style and length, who uses it, what it is for."""
+    from daemon.profiles import instructions_of, profile_version
+
+    users: dict[str, list[str]] = {}
+    for source, name in config.source_profiles().items():
+        users.setdefault(name, []).append(source)
+    profiles = config.effective_profiles()
+    lines = [f"profiles ({len(profiles)}; a document may ask for any of them by name):"]
+    for name, section in profiles.items():
+        summary = section.summary_over(config.summary)
+        version = profile_version(instructions_of(section), summary)
+        default = " (summary.profile)" if name == config.summary.profile else ""
+        used_by = ", ".join(users.get(name, [])) or "documents that ask for it"
+        lines.append(
+            f"  {name}{default}: version {version}, {summary.style}, {summary.max_summary_tokens} tokens, "
+            f"temperature {summary.temperature}; used by {used_by}. {section.description or ''}".rstrip()
+        )
+    return lines
+
+
 def _check_budget(config: Config) -> None:
-    """Check the context budget with the served model's tokenizer, as ``run`` does before the engine
-    starts (ConfigError: exit 2). Without a reachable tokenizer, say it was not checked."""
-    from daemon.budget import build_budget
+    """Check every profile's context budget with the served model's tokenizer, as ``run`` does
+    before the engine starts (ConfigError: exit 2). Without a reachable tokenizer, say it was not
+    checked."""
     from daemon.engine import load_tokenizer
+    from daemon.profiles import build_profiles
 
     if Path(config.engine.model).exists():
         # A local model needs no hub: do not wait on one that may be unreachable.
@@ -130,9 +167,9 @@ def _check_budget(config: Config) -> None:
     except (OSError, ValueError) as exc:
         print(f"docsumd: context budget not checked: cannot load the tokenizer: {exc}", file=sys.stderr)
         return
-    budget = build_budget(config, tokenizer)
-    lengths = ", ".join(f"{name} {value}" for name, value in budget.as_dict().items())
-    print(f"docsumd: context budget: {lengths}", file=sys.stderr)
+    for profile in build_profiles(config, tokenizer):
+        lengths = ", ".join(f"{name} {value}" for name, value in profile.budget.as_dict().items())
+        print(f"docsumd: profile {profile.name}: context budget: {lengths}", file=sys.stderr)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
@@ -147,10 +184,15 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     outbox = args.outbox or (config.sources.folder.outbox if config.sources.folder else None)
     if outbox is None:
         raise ConfigError("no --outbox given and the config has no [sources.folder] outbox")
+    known = config.effective_profiles()
+    if args.profile is not None and args.profile not in known:
+        raise ConfigError(f"--profile: unknown profile {args.profile!r} (profiles: {', '.join(known)})")
     # One-shot runs serve no metrics endpoint (a running daemon may hold the port).
     config = config.model_copy(update={"metrics": config.metrics.model_copy(update={"enabled": False})})
     prepare_process(config)
-    return asyncio.run(_summarize(config, list(args.files), outbox, progress=not args.no_progress))
+    return asyncio.run(
+        _summarize(config, list(args.files), outbox, profile=args.profile, progress=not args.no_progress)
+    )
 
 
 def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
@@ -187,7 +229,7 @@ def prepare_process(config: Config) -> None:
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     configure_logging(config.logging.level, config.logging.format)
     # After the environment is set: the check imports vLLM, which reads it at import.
-    check_platform_support(config.summary)
+    check_platform_support(config.seeded_keys())
 
 
 async def _serve(config: Config) -> int:
@@ -218,7 +260,9 @@ async def _run_service(service: Service) -> int:
     return EXIT_OK
 
 
-async def _summarize(config: Config, files: list[Path], outbox: Path, *, progress: bool) -> int:
+async def _summarize(
+    config: Config, files: list[Path], outbox: Path, *, profile: str | None, progress: bool
+) -> int:
     from tqdm import tqdm
 
     from daemon.service import Service
@@ -226,7 +270,9 @@ async def _summarize(config: Config, files: list[Path], outbox: Path, *, progres
     from daemon.sources.files import FilesSource
     from daemon.work import WorkItem
 
-    source = FilesSource(files, FolderSink(outbox, outbox), max_input_bytes=config.limits.max_input_bytes)
+    source = FilesSource(
+        files, FolderSink(outbox, outbox), max_input_bytes=config.limits.max_input_bytes, profile=profile
+    )
     bar = tqdm(total=len(files), unit="doc", desc="summarizing", disable=not progress, file=sys.stderr)
     failed: list[str] = []
 

@@ -10,11 +10,23 @@ Business code receives a :class:`Config` (or one of its sections); it never read
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 import tomllib
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Annotated, Any, Final, Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from daemon.budget import check_lengths
@@ -77,6 +89,10 @@ class EngineConfig(_Section):
 
 Style = Literal["prose", "bullets"]
 Strategy = Literal["map_reduce", "head", "head_tail"]
+ProfileName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
+"""A profile's name: lower-case letters, digits, ``-`` and ``_``, at most 32 (it is a metric label)."""
+DEFAULT_PROFILE: Final = "default"
+StopString = Annotated[str, StringConstraints(min_length=1)]
 
 
 class SummaryConfig(_Section):
@@ -111,14 +127,132 @@ class SummaryConfig(_Section):
         description="Engine requests one document may have waiting or running at once (its fan-out), so "
         "one huge document cannot crowd out the rest.",
     )
+    profile: ProfileName = Field(
+        default=DEFAULT_PROFILE,
+        description="The profile of documents whose source and options name none (see [profiles]).",
+    )
     temperature: float = Field(default=0.3, ge=0.0)
     top_p: float = Field(default=0.9, gt=0.0, le=1.0)
     repetition_penalty: float = Field(default=1.1, gt=0.0)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    stop: tuple[StopString, ...] = Field(
+        default=(), description="Strings that end a summary where the model writes them (not included)."
+    )
     seed: int | None = Field(default=None, description="Per-request sampling seed, for reproducible output.")
 
     def part_tokens(self, max_model_len: int) -> int:
         """The effective length of part and intermediate summaries for a context of ``max_model_len``."""
         return self.part_summary_tokens or min(self.max_summary_tokens, max_model_len // 6)
+
+
+_PROFILE_SUMMARY_KEYS: Final = (
+    "style",
+    "max_summary_tokens",
+    "temperature",
+    "top_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "stop",
+    "seed",
+)
+"""The keys a profile shares with [summary]: a profile that leaves one out takes [summary]'s."""
+
+
+class ProfileConfig(_Section):
+    """A named summary profile (``[profiles.NAME]``): wording, default style and length, sampling.
+
+    Every key is optional. Wording a profile leaves out is docsumd's own (the ``default`` profile's);
+    lengths, style and sampling it leaves out come from ``[summary]``. A name docsumd ships a profile
+    under (daemon/profiles.toml) starts from that profile: the section changes only the keys it sets.
+    """
+
+    description: str | None = Field(
+        default=None, description="What the profile is for (shown by check-config)."
+    )
+    instruction: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The system message every request of the profile starts with (the shared prefix).",
+    )
+    instruction_file: Path | None = Field(
+        default=None,
+        description="A UTF-8 text file holding the instruction instead (relative to the config file).",
+    )
+    document_instruction: str | None = Field(
+        default=None, min_length=1, description="What a request for a whole document asks, before the text."
+    )
+    part_instruction: str | None = Field(
+        default=None, min_length=1, description="What a request for one part of a long document asks."
+    )
+    combine_instruction: str | None = Field(
+        default=None, min_length=1, description="What a request combining part summaries asks."
+    )
+    style: Style | None = None
+    max_summary_tokens: int | None = Field(default=None, ge=16)
+    temperature: float | None = Field(default=None, ge=0.0)
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    repetition_penalty: float | None = Field(default=None, gt=0.0)
+    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
+    stop: tuple[StopString, ...] | None = None
+    seed: int | None = None
+
+    @field_validator("instruction_file")
+    @classmethod
+    def _instruction_file_readable(cls, path: Path | None) -> Path | None:
+        if path is not None:
+            read_instruction_file(path)
+        return path
+
+    @model_validator(mode="after")
+    def _one_instruction(self) -> Self:
+        if self.instruction is not None and self.instruction_file is not None:
+            raise ValueError("set instruction or instruction_file, not both")
+        return self
+
+    def instruction_text(self) -> str | None:
+        """The instruction, from the file when ``instruction_file`` is set; None: docsumd's own."""
+        if self.instruction_file is not None:
+            return read_instruction_file(self.instruction_file)
+        return self.instruction
+
+    def summary_over(self, summary: SummaryConfig) -> SummaryConfig:
+        """``summary`` with this profile's lengths, style and sampling where it sets them."""
+        overrides = {
+            key: getattr(self, key) for key in _PROFILE_SUMMARY_KEYS if getattr(self, key) is not None
+        }
+        return SummaryConfig.model_validate({**summary.model_dump(), **overrides})
+
+    def over(self, base: ProfileConfig) -> ProfileConfig:
+        """``base`` (a shipped profile) with the keys this section sets replaced."""
+        update = self.model_dump(exclude_unset=True)
+        if {"instruction", "instruction_file"} & update.keys():
+            # Setting one of the two replaces the base's instruction, whichever way the base gave it.
+            update = {"instruction": None, "instruction_file": None, **update}
+        return base.model_copy(update=update)
+
+
+def read_instruction_file(path: Path) -> str:
+    """An instruction file's text; ValueError (a config error naming the key) if it is not usable."""
+    try:
+        text = path.read_text(encoding="utf-8").strip()
+    except FileNotFoundError:
+        raise ValueError(f"instruction file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read instruction file {str(path)!r}: {exc}") from None
+    if not text:
+        raise ValueError(f"instruction file {str(path)!r} is empty")
+    return text
+
+
+@functools.cache
+def shipped_profiles() -> Mapping[str, ProfileConfig]:
+    """The profiles docsumd ships (daemon/profiles.toml), by name. Only ``default`` is on by itself;
+    the others are used by naming them in the config (an empty ``[profiles.NAME]`` is enough)."""
+    text = importlib.resources.files("daemon").joinpath("profiles.toml").read_text(encoding="utf-8")
+    return {name: ProfileConfig.model_validate(table) for name, table in tomllib.loads(text).items()}
 
 
 class AdmissionConfig(_Section):
@@ -204,6 +338,9 @@ class FolderSourceConfig(_Section):
     rescan_seconds: float = Field(
         default=30.0, gt=0.0, description="Full rescan period, a safety net for missed file events."
     )
+    profile: ProfileName | None = Field(
+        default=None, description="The profile of this folder's documents; default summary.profile."
+    )
 
     @property
     def work_folder(self) -> Path:
@@ -243,6 +380,13 @@ class KafkaSourceConfig(_Section):
 
     bootstrap_servers: str | list[str] = Field(description='"host:port" or a list of them.')
     input_topics: list[str] = Field(min_length=1, description="Topics to read documents from.")
+    profile: ProfileName | None = Field(
+        default=None, description="The profile of documents from these topics; default summary.profile."
+    )
+    topic_profiles: dict[str, ProfileName] = Field(
+        default_factory=dict,
+        description="Input topic -> profile, for topics whose documents need another profile than profile.",
+    )
     group_id: str = Field(
         min_length=1, description="The consumer group; daemons sharing it split partitions."
     )
@@ -381,8 +525,15 @@ class KafkaSourceConfig(_Section):
             options["ssl_context"] = context
         return options
 
+    def profile_for(self, topic: str) -> str | None:
+        """The profile of documents read from ``topic`` (None: summary.profile)."""
+        return self.topic_profiles.get(topic, self.profile)
+
     @model_validator(mode="after")
     def _topics_distinct(self) -> Self:
+        unread = sorted(set(self.topic_profiles) - set(self.input_topics))
+        if unread:
+            raise ValueError(f"topic_profiles names topics that are not input_topics: {unread}")
         outputs = {self.output_topic, self.dead_letter_topic}
         if len(outputs) != 2:
             raise ValueError("output_topic and dead_letter_topic must differ")
@@ -462,17 +613,85 @@ class Config(BaseSettings):
     metrics: MetricsConfig = MetricsConfig()
     service: ServiceConfig = ServiceConfig()
     logging: LoggingConfig = LoggingConfig()
+    profiles: dict[ProfileName, ProfileConfig] = Field(
+        default_factory=dict,
+        description="Named summary profiles; an empty [profiles.NAME] turns on the shipped one of that name.",
+    )
 
     @model_validator(mode="after")
     def _summary_fits_context(self) -> Self:
         # The context-budget rules that need no tokenizer, so that a wrong length fails on load;
-        # daemon/budget.py has them all and checks the rest in build_budget, before the engine starts.
+        # daemon/budget.py has them all and checks the rest in build_profiles, before the engine starts.
         context = self.engine.max_model_len
         try:
             check_lengths(context, self.summary.max_summary_tokens, self.summary.part_tokens(context))
+            for name, profile in self.profiles.items():
+                if profile.max_summary_tokens is not None:
+                    summary = profile.summary_over(self.summary)
+                    check_lengths(
+                        context,
+                        summary.max_summary_tokens,
+                        summary.part_tokens(context),
+                        summary_key=f"profiles.{name}.max_summary_tokens",
+                    )
         except ConfigError as exc:
             raise ValueError(str(exc)) from None
         return self
+
+    @model_validator(mode="after")
+    def _profiles_known(self) -> Self:
+        # A source naming a profile this config does not have would fail every document it reads.
+        known = self.effective_profiles()
+        unknown = [
+            f"{key}: unknown profile {name!r}"
+            for key, name in self.profile_users().items()
+            if name not in known
+        ]
+        if unknown:
+            raise ValueError("; ".join(unknown) + f" (profiles: {', '.join(sorted(known))})")
+        return self
+
+    def effective_profiles(self) -> dict[str, ProfileConfig]:
+        """Every profile of this config by name: ``default``, then each ``[profiles.NAME]`` (over
+        the shipped profile of that name, if there is one)."""
+        shipped = shipped_profiles()
+        profiles = {DEFAULT_PROFILE: shipped[DEFAULT_PROFILE]}
+        for name, section in self.profiles.items():
+            profiles[name] = section.over(shipped[name]) if name in shipped else section
+        return profiles
+
+    def profile_users(self) -> dict[str, str]:
+        """Config key -> the profile it names: the default, and each source's (or topic's) own."""
+        users = {"summary.profile": self.summary.profile}
+        folder, kafka = self.sources.folder, self.sources.kafka
+        if folder is not None and folder.profile is not None:
+            users["sources.folder.profile"] = folder.profile
+        if kafka is not None:
+            if kafka.profile is not None:
+                users["sources.kafka.profile"] = kafka.profile
+            for topic, name in kafka.topic_profiles.items():
+                users[f"sources.kafka.topic_profiles.{topic}"] = name
+        return users
+
+    def source_profiles(self) -> dict[str, str]:
+        """Each configured source (each Kafka input topic) -> the profile of its documents, unless a
+        document's options ask for another."""
+        default = self.summary.profile
+        uses: dict[str, str] = {}
+        if self.sources.folder is not None:
+            uses["sources.folder"] = self.sources.folder.profile or default
+        if self.sources.kafka is not None:
+            for topic in self.sources.kafka.input_topics:
+                uses[f"sources.kafka topic {topic!r}"] = self.sources.kafka.profile_for(topic) or default
+        return uses
+
+    def seeded_keys(self) -> list[str]:
+        """The config keys that set a per-request sampling seed (some engines cannot take one)."""
+        keys = ["summary.seed"] if self.summary.seed is not None else []
+        keys += [
+            f"profiles.{name}.seed" for name, profile in self.profiles.items() if profile.seed is not None
+        ]
+        return keys
 
     def require_source(self) -> None:
         """Raise :class:`ConfigError` unless at least one source is configured (the service needs one)."""
@@ -530,6 +749,11 @@ def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
         for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
             if isinstance(kafka.get(key), str):
                 kafka[key] = str(base / kafka[key])
+    profiles = raw.get("profiles")
+    if isinstance(profiles, dict):
+        for profile in profiles.values():
+            if isinstance(profile, dict) and isinstance(profile.get("instruction_file"), str):
+                profile["instruction_file"] = str(base / profile["instruction_file"])
     engine = raw.get("engine")
     if isinstance(engine, dict):
         for key in ("model", "tokenizer"):

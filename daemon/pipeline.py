@@ -1,4 +1,5 @@
-"""One document's path: work item -> bytes -> document -> options -> summary -> record -> acknowledgement.
+"""One document's path: work item -> bytes -> document -> options and profile -> summary -> record ->
+acknowledgement.
 
 :class:`DocumentPipeline` takes one :class:`~daemon.work.WorkItem` to exactly one settled outcome
 and applies the error policy of :mod:`daemon.errors` in one place:
@@ -30,8 +31,9 @@ import structlog
 from daemon.documents import decode_document, sha256_hex
 from daemon.errors import DocumentError, EngineDeadError, SinkError
 from daemon.logging import get_logger
-from daemon.metrics import observe_failed, observe_summarized
+from daemon.metrics import observe_failed, observe_profiles, observe_summarized
 from daemon.options import parse_options
+from daemon.profiles import Profile
 from daemon.records import Summary, failure_record, fallback_failure_record, result_record
 from daemon.summarize import Summarizer
 from daemon.work import WorkItem
@@ -61,11 +63,13 @@ class DocumentPipeline:
         self.model_name = model_name
         self.max_input_bytes = max_input_bytes
         self._on_finished = on_finished
+        observe_profiles(summarizer.profiles.names)
 
     async def process(self, item: WorkItem) -> str:
         """Take ``item`` to an acknowledged result or failure record; return the outcome."""
         with structlog.contextvars.bound_contextvars(doc_id=item.id, source=item.source):
             data: bytes | None = None
+            profile: Profile | None = None
             try:
                 data = await item.load()
                 document = await asyncio.to_thread(
@@ -77,16 +81,21 @@ class DocumentPipeline:
                     metadata=item.metadata,
                 )
                 options = parse_options(None if item.load_options is None else await item.load_options())
+                profile = self.summarizer.profiles.choose(options.profile, item.profile)
                 queued_s = time.monotonic() - item.received_at
-                summary = await self.summarizer.summarize(document, options, arrived_at=item.received_at)
+                summary = await self.summarizer.summarize(
+                    document, options, profile=profile, arrived_at=item.received_at
+                )
             except DocumentError as error:
-                return await self._record_failure(item, error, data)
+                return await self._record_failure(item, error, data, profile)
             except (EngineDeadError, SinkError, asyncio.CancelledError):
                 raise
             except Exception as exc:
                 # A bug met on one document must not stop the stream (nor crash-loop on restart).
                 log.exception("unexpected error on a document")
-                return await self._record_failure(item, DocumentError("internal_error", repr(exc)), data)
+                return await self._record_failure(
+                    item, DocumentError("internal_error", repr(exc)), data, profile
+                )
             total_s = time.monotonic() - item.received_at
             record = result_record(
                 document, summary, model=self.model_name, queued_s=queued_s, total_s=total_s
@@ -95,11 +104,13 @@ class DocumentPipeline:
                 await item.complete(record)
             except DocumentError as error:  # this result cannot be written; its failure record can
                 log.error("the result cannot be written", reason=error.reason, message=error.message)
-                return await self._record_failure(item, error, data)
+                return await self._record_failure(item, error, data, profile)
             self._summarized(item, summary, total_s)
             return OK
 
-    async def _record_failure(self, item: WorkItem, error: DocumentError, data: bytes | None) -> str:
+    async def _record_failure(
+        self, item: WorkItem, error: DocumentError, data: bytes | None, profile: Profile | None
+    ) -> str:
         record = failure_record(
             doc_id=item.id,
             source=item.source,
@@ -113,7 +124,10 @@ class DocumentPipeline:
         except DocumentError as problem:
             log.error("the failure record cannot be written; writing a minimal one", error=str(problem))
             await item.fail(fallback_failure_record(record, problem.message))
-        observe_failed(item.source, error.reason)
+        # Before its profile was chosen (or when it asked for an unknown one) a document counts
+        # under its source's: metric labels stay within the config's profile names.
+        label = profile.name if profile is not None else self.summarizer.profiles.label(item.profile)
+        observe_failed(item.source, error.reason, label)
         if self._on_finished is not None:
             self._on_finished(item, error.reason)
         log.warning("document failed", reason=error.reason, message=error.message)
@@ -125,6 +139,7 @@ class DocumentPipeline:
             self._on_finished(item, OK)
         log.info(
             "document summarized",
+            profile=summary.profile,
             strategy=summary.strategy,
             parts=summary.parts,
             document_tokens=summary.document_tokens,

@@ -1,8 +1,8 @@
 """Prompts: a fixed instruction first (so vLLM's prefix cache can share it), the text after.
 
-Every request starts with the same system message, rendered with the model's chat template when it
-has one, so the first tokens of every prompt are identical and their KV cache blocks are computed
-once. Three kinds of request share that start:
+Every request starts with its profile's system message (:class:`Instructions`), rendered with the
+model's chat template when it has one, so the first tokens of every prompt of a profile are
+identical and their KV cache blocks are computed once. Three kinds of request share that start:
 
 * ``document``: summarize a whole document that fits in one request;
 * ``part``: summarize one part of a longer document (the map step of a staged summary);
@@ -11,8 +11,10 @@ once. Three kinds of request share that start:
 Per-request wording (the length and style asked for) comes *after* the text, so the prefix of a
 kind stays the same whatever a document's options are.
 
-``PROMPT_VERSION`` goes into every result: change it whenever the wording or layout changes, so
-summaries made under different prompts can be told apart.
+``PROMPT_VERSION`` goes into every result: change it whenever the layout or the built-in wording
+(style and length hints, :data:`DEFAULT_INSTRUCTIONS`) changes, so summaries made under different
+prompts can be told apart. A profile's own wording is versioned by its hash
+(:func:`daemon.profiles.profile_version`).
 """
 
 from __future__ import annotations
@@ -42,18 +44,38 @@ class PromptKind(enum.StrEnum):
     COMBINE = "combine"
 
 
-_INSTRUCTIONS: Final = {
-    PromptKind.DOCUMENT: "Summarize the following document.",
-    PromptKind.PART: (
-        "The following text is one part of a longer document. Summarize this part; keep names, "
-        "numbers, defined terms, obligations and conditions, since the summaries of all parts will "
-        "be combined later."
-    ),
-    PromptKind.COMBINE: (
-        "The following are summaries of consecutive parts of one long document, in order. Combine them "
-        "into one summary of the whole document, without repeating points."
-    ),
-}
+DOCUMENT_INSTRUCTION: Final = "Summarize the following document."
+PART_INSTRUCTION: Final = (
+    "The following text is one part of a longer document. Summarize this part; keep names, "
+    "numbers, defined terms, obligations and conditions, since the summaries of all parts will "
+    "be combined later."
+)
+COMBINE_INSTRUCTION: Final = (
+    "The following are summaries of consecutive parts of one long document, in order. Combine them "
+    "into one summary of the whole document, without repeating points."
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Instructions:
+    """The wording of a profile's prompts: the system message, and the user turn's instruction of
+    each kind of request. The defaults are docsumd's own (the ``default`` profile's)."""
+
+    system: str = SYSTEM_INSTRUCTION
+    document: str = DOCUMENT_INSTRUCTION
+    part: str = PART_INSTRUCTION
+    combine: str = COMBINE_INSTRUCTION
+
+    def for_kind(self, kind: PromptKind) -> str:
+        """The user turn's instruction of a request of ``kind``."""
+        if kind is PromptKind.PART:
+            return self.part
+        if kind is PromptKind.COMBINE:
+            return self.combine
+        return self.document
+
+
+DEFAULT_INSTRUCTIONS: Final = Instructions()
 _STYLE_HINTS: Final[dict[str, str]] = {
     "prose": "Write the summary as plain prose paragraphs.",
     "bullets": "Write the summary as a list of bullet points, one point per line, each starting with '- '.",
@@ -96,14 +118,21 @@ def length_hint(max_tokens: int) -> str:
     return f"Use at most about {words} words."
 
 
-def user_message(kind: PromptKind, text: str, *, style: Style, max_tokens: int) -> str:
+def user_message(
+    kind: PromptKind,
+    text: str,
+    *,
+    style: Style,
+    max_tokens: int,
+    instructions: Instructions = DEFAULT_INSTRUCTIONS,
+) -> str:
     """The user turn: the kind's instruction, the text, then the requested length and style."""
     after = (
         f"{_STYLE_HINTS[style]} {length_hint(max_tokens)}"
         if kind is not PromptKind.PART
         else (length_hint(max_tokens))
     )
-    return f"{_INSTRUCTIONS[kind]}\n\n<document>\n{text}\n</document>\n\n{after}"
+    return f"{instructions.for_kind(kind)}\n\n<document>\n{text}\n</document>\n\n{after}"
 
 
 def build_template(
@@ -112,16 +141,18 @@ def build_template(
     *,
     style: Style = "prose",
     max_tokens: int = 256,
+    instructions: Instructions = DEFAULT_INSTRUCTIONS,
 ) -> PromptTemplate:
     """Render the prompt once around a marker and split it, so each request costs one concatenation."""
-    user = user_message(kind, _MARKER, style=style, max_tokens=max_tokens)
+    user = user_message(kind, _MARKER, style=style, max_tokens=max_tokens, instructions=instructions)
+    system = instructions.system
     if getattr(tokenizer, "chat_template", None):
-        messages = [{"role": "system", "content": SYSTEM_INSTRUCTION}, {"role": "user", "content": user}]
+        messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
         rendered = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         if not isinstance(rendered, str):  # pragma: no cover - tokenizers always return str here
             raise TypeError("chat template did not render to text")
     else:
-        rendered = _PLAIN_TEMPLATE.format(system=SYSTEM_INSTRUCTION, user=user)
+        rendered = _PLAIN_TEMPLATE.format(system=system, user=user)
     prefix, found, suffix = rendered.partition(_MARKER)
     if not found:
         raise ValueError("the model's chat template dropped the user message; cannot build prompts")
@@ -129,15 +160,17 @@ def build_template(
 
 
 class PromptBuilder:
-    """Prompts as token ids: the template's prefix and suffix tokenized once per kind, style and length.
+    """One profile's prompts as token ids: the template's prefix and suffix tokenized once per kind,
+    style and length.
 
     Tokenizing the prefix once keeps its ids identical across requests, which is what vLLM's prefix
     cache matches on, and it makes budgets exact: ``len(prefix) + len(body) + len(suffix)`` is the
     prompt size vLLM sees.
     """
 
-    def __init__(self, tokenizer: ChatTokenizer) -> None:
+    def __init__(self, tokenizer: ChatTokenizer, instructions: Instructions = DEFAULT_INSTRUCTIONS) -> None:
         self._tokenizer = tokenizer
+        self.instructions = instructions
         self._cache: dict[tuple[PromptKind, Style, int], tuple[list[int], list[int]]] = {}
 
     def template_ids(self, kind: PromptKind, *, style: Style, max_tokens: int) -> tuple[list[int], list[int]]:
@@ -145,7 +178,9 @@ class PromptBuilder:
         key = (kind, style, max_tokens)
         cached = self._cache.get(key)
         if cached is None:
-            template = build_template(self._tokenizer, kind, style=style, max_tokens=max_tokens)
+            template = build_template(
+                self._tokenizer, kind, style=style, max_tokens=max_tokens, instructions=self.instructions
+            )
             cached = (
                 self._tokenizer.encode(template.prefix, add_special_tokens=False),
                 self._tokenizer.encode(template.suffix, add_special_tokens=False),

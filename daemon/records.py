@@ -47,7 +47,7 @@ MESSAGE_BYTES: Final = 4096
 REDUCED_TEXT_BYTES: Final = 256
 """What a reduced dead letter keeps of its id and message, in bytes."""
 
-RESULT_HEADERS: Final = ("model", "prompt_version")
+RESULT_HEADERS: Final = ("model", "prompt_version", "profile", "profile_version")
 """Headers every output message carries, taken from its result record (input headers of these names
 are replaced)."""
 
@@ -61,6 +61,10 @@ class Summary:
     style: str
     max_summary_tokens: int
     prompt_version: str
+    profile: str
+    """The profile it was summarized under (a name from the config)."""
+    profile_version: str
+    """The version of that profile's wording and sampling (:func:`daemon.profiles.profile_version`)."""
     parts: int
     depth: int
     requests: int
@@ -95,6 +99,8 @@ def result_record(
         "summary": summary.text,
         "model": model,
         "prompt_version": summary.prompt_version,
+        "profile": summary.profile,
+        "profile_version": summary.profile_version,
         "strategy": summary.strategy,
         "style": summary.style,
         "max_summary_tokens": summary.max_summary_tokens,
@@ -277,7 +283,7 @@ def carried_bytes(name: str, data: bytes | None, limit: int) -> Record:
 
 
 def result_headers(input_headers: Iterable[tuple[str, bytes | None]], result: Record) -> Headers:
-    """An output message's headers: the input's, then ``model`` and ``prompt_version`` of the result."""
+    """An output message's headers: the input's, then those of :data:`RESULT_HEADERS` from the result."""
     headers: Headers = [(key, value) for key, value in input_headers if key not in RESULT_HEADERS]
     headers += [(name, str(result.get(name, "")).encode("utf-8")) for name in RESULT_HEADERS]
     return headers

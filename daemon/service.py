@@ -23,7 +23,6 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from daemon.admission import admission_for_engine
-from daemon.budget import ContextBudget, build_budget
 from daemon.byte_budget import ByteBudget, Holding
 from daemon.config import Config
 from daemon.contracts import EngineClient, ReleasingSource, Source
@@ -34,6 +33,7 @@ from daemon.logging import get_logger
 from daemon.metrics import ENGINE_STARTING, ENGINE_UP, INFLIGHT, QUEUED, READY, MetricsServer
 from daemon.notify import SystemdNotifier
 from daemon.pipeline import OK, DocumentPipeline, OnFinished
+from daemon.profiles import Profiles, build_profiles
 from daemon.progress import ProgressWatch
 from daemon.prompts import ChatTokenizer
 from daemon.summarize import Summarizer
@@ -67,22 +67,22 @@ class Service:
         *,
         engine: EngineClient | None = None,
         tokenizer: ChatTokenizer | None = None,
-        budget: ContextBudget | None = None,
+        profiles: Profiles | None = None,
         sources: list[Source] | None = None,
         on_finished: OnFinished | None = None,
         notifier: SystemdNotifier | None = None,
     ) -> None:
         """Everything not passed in is built from ``config``: the vLLM ``engine``, the served model's
-        ``tokenizer``, the context ``budget`` (:func:`~daemon.budget.build_budget`, checked before the
-        engine starts) and the ``sources`` (:func:`~daemon.factory.build_sources`). ``on_finished(item,
-        outcome)`` is told of each finished document (outcome ``ok`` or a failure reason), e.g. for a
-        progress bar; ``notifier`` tells systemd of readiness, the drain and the status, and pings
-        its watchdog."""
+        ``tokenizer``, the ``profiles`` with their context budgets
+        (:func:`~daemon.profiles.build_profiles`, checked before the engine starts) and the
+        ``sources`` (:func:`~daemon.factory.build_sources`). ``on_finished(item, outcome)`` is told
+        of each finished document (outcome ``ok`` or a failure reason), e.g. for a progress bar;
+        ``notifier`` tells systemd of readiness, the drain and the status, and pings its watchdog."""
         self.config = config
         self.engine: EngineClient = engine if engine is not None else Engine(config.engine)
         self.sources: list[Source] = sources if sources is not None else build_sources(config)
         self._tokenizer = tokenizer
-        self._budget = budget
+        self._profiles = profiles
         self._on_finished = on_finished
         self.notifier = notifier or SystemdNotifier(None)
         self.metrics = (
@@ -149,8 +149,8 @@ class Service:
                 except OSError as exc:
                     where = f"{self.metrics.host}:{self.metrics.port}"
                     raise FatalError(f"cannot serve metrics on {where}: {exc.strerror or exc}") from exc
-            tokenizer, budget = await self._prepare_budget()
-            await self._start_engine(tokenizer, budget)
+            tokenizer, profiles = await self._prepare_profiles()
+            await self._start_engine(tokenizer, profiles)
             if self._stop_requested.is_set():
                 return
             for source in self.sources:
@@ -192,27 +192,30 @@ class Service:
         finally:
             stop.cancel()
 
-    async def _prepare_budget(self) -> tuple[ChatTokenizer, ContextBudget]:
-        """The tokenizer and the context budget, before the engine starts: a configuration whose
-        budget cannot work raises :class:`~daemon.errors.ConfigError` in seconds, not after minutes
-        of engine start-up."""
+    async def _prepare_profiles(self) -> tuple[ChatTokenizer, Profiles]:
+        """The tokenizer and the profiles with their context budgets, before the engine starts: a
+        configuration whose budget cannot work raises :class:`~daemon.errors.ConfigError` in seconds,
+        not after minutes of engine start-up."""
         tokenizer: ChatTokenizer
         if self._tokenizer is not None:
             tokenizer = self._tokenizer
         else:
             tokenizer = await asyncio.to_thread(load_tokenizer, self.config.engine)
-        budget = self._budget or build_budget(self.config, tokenizer)
-        log.info("context budget", **budget.as_dict())
-        return tokenizer, budget
+        profiles = self._profiles or build_profiles(self.config, tokenizer)
+        for profile in profiles:
+            log.info(
+                "context budget", profile=profile.name, version=profile.version, **profile.budget.as_dict()
+            )
+        return tokenizer, profiles
 
-    async def _start_engine(self, tokenizer: ChatTokenizer, budget: ContextBudget) -> None:
+    async def _start_engine(self, tokenizer: ChatTokenizer, profiles: Profiles) -> None:
         ENGINE_STARTING.set(1)
         try:
-            await self._bring_up_engine(tokenizer, budget)
+            await self._bring_up_engine(tokenizer, profiles)
         finally:
             ENGINE_STARTING.set(0)
 
-    async def _bring_up_engine(self, tokenizer: ChatTokenizer, budget: ContextBudget) -> None:
+    async def _bring_up_engine(self, tokenizer: ChatTokenizer, profiles: Profiles) -> None:
         start = asyncio.create_task(self.engine.start(), name="engine-start")
         stop = asyncio.create_task(self._stop_requested.wait(), name="stop-wait")
         try:
@@ -228,9 +231,9 @@ class Service:
         except EngineDeadError as exc:
             raise FatalError(str(exc)) from exc
         ENGINE_UP.set(1)
-        self._pipeline = self._build_pipeline(tokenizer, budget)
+        self._pipeline = self._build_pipeline(tokenizer, profiles)
 
-    def _build_pipeline(self, tokenizer: ChatTokenizer, budget: ContextBudget) -> DocumentPipeline:
+    def _build_pipeline(self, tokenizer: ChatTokenizer, profiles: Profiles) -> DocumentPipeline:
         """The per-document path on the running engine (admission sizes itself from its KV cache)."""
         config = self.config
         admission = admission_for_engine(
@@ -240,7 +243,7 @@ class Service:
             self._progress.watching(self.engine),
             tokenizer,
             config.summary,
-            budget=budget,
+            profiles=profiles,
             admission=admission,
         )
         return DocumentPipeline(

@@ -11,7 +11,9 @@ is summarized in one request. A longer one is, by ``summary.strategy``:
 * ``head`` / ``head_tail``: the start (and end) of the document in one request; the result says how
   many tokens were dropped.
 
-How long parts, part summaries and combine steps are is the context budget's business
+A document is summarized under one profile (:mod:`daemon.profiles`), chosen before it comes
+here: the profile gives the wording of its prompts, its lengths, style and sampling, and its context
+budget. How long parts, part summaries and combine steps are is the budget's business
 (:mod:`daemon.budget`), decided before the engine starts; this module only follows it.
 
 Every request goes through :class:`~daemon.admission.Admission`; combine steps are marked urgent so
@@ -28,15 +30,15 @@ from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from daemon.admission import Admission
-from daemon.budget import ContextBudget
 from daemon.chunking import TokenizedText, head_ids, head_tail_ids, split_into_chunks, tokenize_text
 from daemon.config import SummaryConfig
-from daemon.contracts import EngineClient, Generation, Sampling
+from daemon.contracts import EngineClient, Generation
 from daemon.documents import Document
 from daemon.errors import DocumentError, RequestError
 from daemon.metrics import ENGINE_REQUESTS
 from daemon.options import NO_OPTIONS, SummaryOptions
-from daemon.prompts import PROMPT_VERSION, ChatTokenizer, PromptBuilder, PromptKind
+from daemon.profiles import Profile, Profiles
+from daemon.prompts import PROMPT_VERSION, ChatTokenizer, PromptKind
 from daemon.records import Summary, request_id
 
 T = TypeVar("T")
@@ -47,19 +49,23 @@ _GAP_TEXT: Final = "\n\n[...]\n\n"
 
 @dataclass(frozen=True, slots=True)
 class _Plan:
-    """What one document asks for, after options and defaults."""
+    """What one document asks for, after options and its profile's defaults."""
 
+    profile: Profile
     max_tokens: int
     style: Any
     strategy: str
 
 
 class _DocumentRun:
-    """The engine requests of one document: fan-out bound, admission, counters."""
+    """The engine requests of one document under its profile: fan-out bound, admission, counters."""
 
-    def __init__(self, summarizer: Summarizer, document: Document, arrived_at: float) -> None:
+    def __init__(
+        self, summarizer: Summarizer, document: Document, profile: Profile, arrived_at: float
+    ) -> None:
         self._summarizer = summarizer
         self._document = document
+        self._profile = profile
         self._arrived_at = arrived_at
         self._fan_out = asyncio.Semaphore(summarizer.config.max_parallel_requests_per_document)
         self.requests = 0
@@ -73,9 +79,9 @@ class _DocumentRun:
         self, kind: PromptKind, body_ids: list[int], *, style: Any, max_tokens: int, urgent: bool = False
     ) -> Generation:
         """One request: ``body_ids`` in the ``kind`` template, at most ``max_tokens`` out."""
-        summarizer = self._summarizer
-        prompt_ids = summarizer.prompts.build(kind, body_ids, style=style, max_tokens=max_tokens)
-        if not summarizer.budget.fits(len(prompt_ids), max_tokens):  # a bug, never the document's fault
+        summarizer, profile = self._summarizer, self._profile
+        prompt_ids = profile.prompts.build(kind, body_ids, style=style, max_tokens=max_tokens)
+        if not profile.budget.fits(len(prompt_ids), max_tokens):  # a bug, never the document's fault
             raise AssertionError(f"{kind} prompt of {len(prompt_ids)} tokens does not fit the context")
         self.requests += 1
         engine_request_id = request_id(self._document.id, kind.value, self.requests)
@@ -88,7 +94,7 @@ class _DocumentRun:
             ENGINE_REQUESTS.labels(kind=kind.value).inc()
             try:
                 generation = await summarizer.engine.generate(
-                    prompt_ids, summarizer.params(max_tokens), engine_request_id
+                    prompt_ids, profile.sampling(max_tokens), engine_request_id
                 )
             except RequestError as exc:
                 raise DocumentError("engine_error", f"the engine failed on this document: {exc}") from exc
@@ -119,6 +125,8 @@ class _DocumentRun:
             style=plan.style,
             max_summary_tokens=plan.max_tokens,
             prompt_version=PROMPT_VERSION,
+            profile=plan.profile.name,
+            profile_version=plan.profile.version,
             parts=parts,
             depth=depth,
             requests=self.requests,
@@ -134,17 +142,6 @@ class _DocumentRun:
         )
 
 
-def summary_sampling(config: SummaryConfig, max_tokens: int | None = None) -> Sampling:
-    """The sampling of a summary request of at most ``max_tokens`` (default: the summary's length)."""
-    return Sampling(
-        max_tokens=max_tokens or config.max_summary_tokens,
-        temperature=config.temperature,
-        top_p=config.top_p,
-        repetition_penalty=config.repetition_penalty,
-        seed=config.seed,
-    )
-
-
 class Summarizer:
     """Turns documents into summaries with the engine. Safe to call concurrently."""
 
@@ -154,45 +151,57 @@ class Summarizer:
         tokenizer: ChatTokenizer,
         config: SummaryConfig,
         *,
-        budget: ContextBudget,
+        profiles: Profiles,
         admission: Admission,
     ) -> None:
-        """``budget`` is :func:`daemon.budget.build_budget`'s, for this ``config`` and ``tokenizer``."""
+        """``profiles`` are :func:`daemon.profiles.build_profiles`'s, for this ``tokenizer``;
+        ``config`` bounds every document's fan-out and parts."""
         self.engine = engine
         self.tokenizer = tokenizer
         self.config = config
-        self.budget = budget
+        self.profiles = profiles
         self.admission = admission
-        self.prompts = PromptBuilder(tokenizer)
         self._gap_ids = self.encode(_GAP_TEXT)
-
-    def params(self, max_tokens: int) -> Sampling:
-        """Sampling settings for a request of at most ``max_tokens`` output tokens."""
-        return summary_sampling(self.config, max_tokens)
 
     def encode(self, text: str) -> list[int]:
         """Token ids of ``text`` as content (special-token strings are plain text)."""
         return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))  # type: ignore[call-arg]
 
-    def plan(self, options: SummaryOptions) -> _Plan:
-        """The length, style and strategy for a document; DocumentError ``invalid_options`` if impossible."""
-        max_tokens = options.max_summary_tokens or self.budget.summary_tokens
-        style = options.style or self.config.style
-        self.budget.check_summary(max_tokens, style)
-        return _Plan(max_tokens=max_tokens, style=style, strategy=options.strategy or self.config.strategy)
+    def plan(self, options: SummaryOptions, profile: Profile | None = None) -> _Plan:
+        """The length, style and strategy for a document under ``profile`` (default: the default
+        profile); DocumentError ``invalid_options`` if impossible."""
+        profile = profile or self.profiles.default
+        max_tokens = options.max_summary_tokens or profile.budget.summary_tokens
+        style = options.style or profile.summary.style
+        profile.budget.check_summary(max_tokens, style)
+        return _Plan(
+            profile=profile,
+            max_tokens=max_tokens,
+            style=style,
+            strategy=options.strategy or profile.summary.strategy,
+        )
 
     async def summarize(
-        self, document: Document, options: SummaryOptions = NO_OPTIONS, *, arrived_at: float | None = None
+        self,
+        document: Document,
+        options: SummaryOptions = NO_OPTIONS,
+        *,
+        profile: Profile | None = None,
+        arrived_at: float | None = None,
     ) -> Summary:
-        """Summarize ``document``. Raises DocumentError for a document that cannot be summarized.
+        """Summarize ``document`` under ``profile`` (default: the default profile; see
+        :meth:`~daemon.profiles.Profiles.choose`). Raises DocumentError for a document that cannot be
+        summarized.
 
         ``arrived_at`` (``time.monotonic()``) orders its requests in admission; defaults to now.
         """
-        plan = self.plan(options)
+        plan = self.plan(options, profile)
         # Tokenizing a long document takes a while (about 0.6 s per MB): keep it off the event loop.
         tokens = await asyncio.to_thread(tokenize_text, self.tokenizer, document.text)
-        run = _DocumentRun(self, document, time.monotonic() if arrived_at is None else arrived_at)
-        room = self.budget.room(PromptKind.DOCUMENT, plan.style, plan.max_tokens)
+        run = _DocumentRun(
+            self, document, plan.profile, time.monotonic() if arrived_at is None else arrived_at
+        )
+        room = plan.profile.budget.room(PromptKind.DOCUMENT, plan.style, plan.max_tokens)
         if len(tokens) <= room:
             final = await run.generate(
                 PromptKind.DOCUMENT, tokens.ids, style=plan.style, max_tokens=plan.max_tokens
@@ -218,7 +227,7 @@ class Summarizer:
         )
 
     async def _map_reduce(self, run: _DocumentRun, tokens: TokenizedText, plan: _Plan) -> Summary:
-        budget = self.budget
+        budget = plan.profile.budget
         part_tokens = budget.part_summary_tokens
         chunks = await asyncio.to_thread(
             split_into_chunks, tokens, budget.part_input_tokens, budget.overlap_tokens

@@ -21,6 +21,7 @@ class Call:
     request_id: str
     prompt: list[int]
     max_tokens: int
+    sampling: Sampling | None = field(default=None, compare=False, repr=False)
     parsed: RequestId = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -98,13 +99,18 @@ class FakeEngine:
         self.running = False
         self.stopped = True
 
+    @property
+    def samplings(self) -> list[Sampling]:
+        """The sampling of every call, in order."""
+        return [call.sampling for call in self.calls if call.sampling is not None]
+
     def of_kind(self, kind: str) -> list[Call]:
         """The calls of one kind, in request-number order."""
         return sorted((call for call in self.calls if call.kind == kind), key=lambda call: call.number)
 
     async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
         """Record the call, take its time, then answer (or raise what the test set up)."""
-        call = Call(request_id, list(prompt_token_ids), sampling.max_tokens)
+        call = Call(request_id, list(prompt_token_ids), sampling.max_tokens, sampling)
         self.calls.append(call)
         self.active += 1
         self.max_active = max(self.max_active, self.active)

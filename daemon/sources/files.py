@@ -19,10 +19,14 @@ SOURCE_NAME = "files"
 class FilesSource:
     """Yields one work item per file, then ends."""
 
-    def __init__(self, paths: Sequence[Path], sink: FolderSink, *, max_input_bytes: int) -> None:
+    def __init__(
+        self, paths: Sequence[Path], sink: FolderSink, *, max_input_bytes: int, profile: str | None = None
+    ) -> None:
+        """``profile``: the profile of every file (``summarize --profile``); None: ``summary.profile``."""
         self.paths = list(paths)
         self.sink = sink
         self.max_input_bytes = max_input_bytes
+        self.profile = profile
         self._next = 0
 
     @property
@@ -56,6 +60,7 @@ class FilesSource:
                 on_complete=lambda record, name=name: self._complete(name, record),  # type: ignore[misc]
                 on_fail=lambda record, name=name: self._fail(name, record),  # type: ignore[misc]
                 metadata={"path": str(path)},
+                profile=self.profile,
             )
 
     async def _complete(self, name: str, record: Record) -> None:

@@ -55,7 +55,7 @@ from stat import S_ISREG
 from typing import Final, TypeVar
 
 from daemon.blocking_io import BlockingIO, file_io
-from daemon.config import FolderSourceConfig
+from daemon.config import DEFAULT_PROFILE, FolderSourceConfig
 from daemon.errors import DocumentError, SinkError
 from daemon.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
 from daemon.lifecycle import Lifecycle
@@ -416,7 +416,8 @@ class FolderSource(Lifecycle):
             input_bytes=None,
         )
         await self._fail(claim, record)
-        observe_failed(SOURCE_NAME, "crash_loop")
+        # Unread, so its own options never chose a profile: it counts under the folder's.
+        observe_failed(SOURCE_NAME, "crash_loop", self.config.profile or DEFAULT_PROFILE)
         log.error("input set aside after repeated unclean exits", doc_id=_doc_id(claim), exits=claim.exits)
 
     # -- work items --------------------------------------------------------------------------------
@@ -430,6 +431,7 @@ class FolderSource(Lifecycle):
             on_fail=lambda record: self._fail(claim, record),
             metadata=name_fields(claim.name),
             load_options=lambda: self._load_options(claim),
+            profile=self.config.profile,
         )
 
     async def _load(self, claim: Claim) -> bytes:

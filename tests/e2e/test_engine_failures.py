@@ -17,7 +17,7 @@ import pytest
 from daemon.config import EngineConfig, SummaryConfig
 from daemon.engine import Engine
 from daemon.errors import EngineDeadError
-from daemon.summarize import summary_sampling
+from daemon.profiles import summary_sampling
 from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
 
 pytestmark = pytest.mark.engine

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 
-from daemon.budget import ContextBudget, build_budget, check_lengths
+from daemon.budget import ContextBudget, check_lengths
 from daemon.config import Config, EngineConfig, Style, SummaryConfig
 from daemon.errors import ConfigError, DocumentError
+from daemon.profiles import build_profiles
 from daemon.prompts import PromptBuilder, PromptKind
 
 
@@ -88,11 +89,12 @@ def test_combining_follows_room_and_step(tokenizer: Any, style: Style, max_token
     assert 2 * (combining.step_tokens + 16) <= combining.final_room
 
 
-def test_build_budget_takes_the_whole_config(tokenizer: Any) -> None:
+def test_build_profiles_takes_the_whole_config(tokenizer: Any) -> None:
     summary = SummaryConfig(max_summary_tokens=128)
     config = Config(engine=EngineConfig(model="unused", max_model_len=2048), summary=summary)
-    assert build_budget(config, tokenizer) == ContextBudget.create(summary, 2048, tokenizer)
-    assert build_budget(config, tokenizer).as_dict() == {
+    budget = build_profiles(config, tokenizer).default.budget
+    assert budget == ContextBudget.create(summary, 2048, tokenizer)
+    assert budget.as_dict() == {
         "context_tokens": 2048,
         "summary_tokens": 128,
         "part_summary_tokens": 128,
@@ -136,8 +138,9 @@ def test_the_issue_example_loads_but_has_no_budget(tokenizer: Any) -> None:
         summary=SummaryConfig(max_summary_tokens=128, part_summary_tokens=32),
     )
     with pytest.raises(ConfigError) as caught:
-        build_budget(config, tokenizer)
+        build_profiles(config, tokenizer)
     message = str(caught.value)
+    assert message.startswith("profiles.default: ")  # the profile whose budget fails
     assert "engine.max_model_len (256) is too small for staged summaries" in message
     assert "lower summary.part_summary_tokens or raise engine.max_model_len" in message
 

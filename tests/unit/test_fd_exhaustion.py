@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from daemon import documents, fd_exhaustion
+from daemon import documents, durable, fd_exhaustion
 from daemon.documents import read_input_file
 from daemon.errors import DocumentError
 from daemon.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
@@ -170,7 +170,7 @@ def test_reading_an_input_raises_exhaustion_not_unreadable(
 async def test_writing_a_record_out_of_descriptors_is_retried(
     tmp_path: Path, recorded: Recorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = folder_sink_module.write_atomic
+    real = durable.write_atomic
     tries = {"n": 0}
 
     def flaky(path: Path, data: bytes) -> None:

@@ -21,10 +21,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.admission import Admission
-from daemon.budget import ContextBudget
-from daemon.config import FolderSourceConfig, SummaryConfig
+from daemon.config import Config, EngineConfig, FolderSourceConfig, SummaryConfig
 from daemon.names import MAX_NAME_BYTES, record_stem
 from daemon.pipeline import OK, DocumentPipeline
+from daemon.profiles import build_profiles
 from daemon.sinks.folder import FolderSink
 from daemon.sources.folder import FolderSource, is_candidate_name
 from daemon.summarize import Summarizer
@@ -66,10 +66,11 @@ def make_pipeline(tokenizer: Any) -> DocumentPipeline:
     admission = Admission(max_requests=8, max_tokens=10**6, window_seconds=0.0, full_length=1024)
     engine = FakeEngine()
     engine.delay = 0.0
-    config = SummaryConfig(max_summary_tokens=16)
-    summarizer = Summarizer(
-        engine, tokenizer, config, budget=ContextBudget.create(config, 1024, tokenizer), admission=admission
+    config = Config(
+        engine=EngineConfig(model="unused", max_model_len=1024), summary=SummaryConfig(max_summary_tokens=16)
     )
+    profiles = build_profiles(config, tokenizer)
+    summarizer = Summarizer(engine, tokenizer, config.summary, profiles=profiles, admission=admission)
     return DocumentPipeline(summarizer, model_name="tiny", max_input_bytes=1 << 20)
 
 

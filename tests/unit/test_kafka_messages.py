@@ -76,6 +76,8 @@ def _result(doc_id: str, metadata: dict[str, Any], summary: str = "A summary.") 
         "summary": summary,
         "model": "tiny",
         "prompt_version": "v",
+        "profile": "brief",
+        "profile_version": "0123456789ab",
         "sha256": "0" * 64,
         "input_bytes": 10,
         "metadata": metadata,
@@ -188,7 +190,13 @@ def test_a_result_carries_the_reduced_too_large_dead_letter_as_its_fallback() ->
     metadata = message_metadata(message, LIMITS)
     output = result_output(message, "k", _result("k", metadata), _topics())
     assert output.topic == "out"
-    assert output.headers == [("trace", b"1"), ("model", b"tiny"), ("prompt_version", b"v")]
+    assert output.headers == [
+        ("trace", b"1"),
+        ("model", b"tiny"),
+        ("prompt_version", b"v"),
+        ("profile", b"brief"),
+        ("profile_version", b"0123456789ab"),
+    ]
     assert output.fallback is not None
     fallback = json.loads(output.fallback.value)
     assert (output.fallback.topic, fallback["reason"], fallback["reduced"]) == ("dead", "too_large", True)

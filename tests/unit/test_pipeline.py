@@ -8,10 +8,12 @@ from typing import Any
 import pytest
 
 from daemon.admission import Admission
-from daemon.budget import ContextBudget
-from daemon.config import SummaryConfig
+from daemon.config import Config, EngineConfig, ProfileConfig, SummaryConfig
 from daemon.errors import DocumentError, EngineDeadError, RequestError, SinkError
+from daemon.metrics import PROFILE_DOCUMENTS
 from daemon.pipeline import OK, DocumentPipeline
+from daemon.profiles import build_profiles
+from daemon.prompts import PromptKind
 from daemon.records import Record
 from daemon.summarize import Summarizer
 from daemon.work import WorkItem
@@ -27,7 +29,9 @@ class Acks:
         self.completed: dict[str, Record] = {}
         self.failed: dict[str, Record] = {}
 
-    def item(self, doc_id: str, data: bytes | BaseException = TEXT, options: Any = None) -> WorkItem:
+    def item(
+        self, doc_id: str, data: bytes | BaseException = TEXT, options: Any = None, profile: str | None = None
+    ) -> WorkItem:
         async def load() -> bytes:
             if isinstance(data, BaseException):
                 raise data
@@ -52,6 +56,7 @@ class Acks:
             on_fail=fail,
             metadata={"origin": doc_id},
             load_options=load_options,
+            profile=profile,
         )
 
 
@@ -68,9 +73,14 @@ def finished() -> list[tuple[str, str]]:
 @pytest.fixture
 def pipeline(engine: FakeEngine, tokenizer: Any, finished: list[tuple[str, str]]) -> DocumentPipeline:
     admission = Admission(max_requests=8, max_tokens=10**6, window_seconds=0.0, full_length=1024)
-    config = SummaryConfig(max_summary_tokens=16)
-    budget = ContextBudget.create(config, 1024, tokenizer)
-    summarizer = Summarizer(engine, tokenizer, config, budget=budget, admission=admission)
+    config = Config(
+        engine=EngineConfig(model="unused", max_model_len=1024),
+        summary=SummaryConfig(max_summary_tokens=16),
+        # The shipped legal brief, and a profile of the config's own that only samples differently.
+        profiles={"brief": ProfileConfig(), "lively": ProfileConfig(temperature=0.9)},
+    )
+    profiles = build_profiles(config, tokenizer)
+    summarizer = Summarizer(engine, tokenizer, config.summary, profiles=profiles, admission=admission)
     return DocumentPipeline(
         summarizer,
         model_name="tiny",
@@ -223,3 +233,60 @@ async def test_a_failure_record_that_cannot_be_written_is_replaced_by_a_minimal_
     (record,) = written
     assert (record["id"], record["reason"], record["metadata"]) == ("f.txt", "empty", {})
     assert "could not be written" in record["message"]
+
+
+# -- profiles --------------------------------------------------------------------------------------
+
+
+def _documents(profile: str, outcome: str) -> float:
+    """docsumd_profile_documents_total{profile,outcome}, 0 when the series does not exist."""
+    return sum(
+        sample.value
+        for metric in PROFILE_DOCUMENTS.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total") and sample.labels == {"profile": profile, "outcome": outcome}
+    )
+
+
+async def test_the_document_chooses_its_profile_over_its_sources(
+    pipeline: DocumentPipeline, engine: FakeEngine
+) -> None:
+    acks = Acks()
+    brief = pipeline.summarizer.profiles.get("brief")
+    assert await pipeline.process(acks.item("default.txt")) == OK
+    assert await pipeline.process(acks.item("source.txt", profile="lively")) == OK
+    assert await pipeline.process(acks.item("own.txt", options={"profile": "brief"}, profile="lively")) == OK
+    records = acks.completed
+    assert records["default.txt"]["profile"] == "default"
+    assert records["source.txt"]["profile"] == "lively"
+    assert records["own.txt"]["profile"] == "brief"
+    assert records["own.txt"]["profile_version"] == brief.version
+    assert records["own.txt"]["style"] == "bullets"  # the brief's default style
+    # Each request carries its profile's wording and sampling.
+    system = {call.doc_id: call.prompt for call in engine.calls}
+    prefix, _ = brief.prompts.template_ids(PromptKind.DOCUMENT, style="bullets", max_tokens=16)
+    assert system["own.txt"][: len(prefix)] == prefix
+    assert [sampling.temperature for sampling in engine.samplings] == [0.3, 0.9, 0.2]
+
+
+async def test_an_unknown_profile_fails_the_document_with_invalid_options(
+    pipeline: DocumentPipeline, engine: FakeEngine
+) -> None:
+    acks = Acks()
+    before = _documents("lively", "invalid_options")
+    outcome = await pipeline.process(acks.item("odd.txt", options={"profile": "poem"}, profile="lively"))
+    assert outcome == "invalid_options"
+    failure = acks.failed["odd.txt"]
+    assert failure["message"] == "unknown profile 'poem'; this daemon has: default, brief, lively"
+    assert engine.calls == []
+    # Counted under the source's profile: labels are only ever the config's names.
+    assert _documents("lively", "invalid_options") == before + 1
+    labels = {s.labels["profile"] for m in PROFILE_DOCUMENTS.collect() for s in m.samples}
+    assert "poem" not in labels
+
+
+async def test_a_document_cannot_bring_its_own_instruction(pipeline: DocumentPipeline) -> None:
+    acks = Acks()
+    outcome = await pipeline.process(acks.item("sneaky.txt", options={"instruction": "Write a poem."}))
+    assert outcome == "invalid_options"
+    assert "instruction" in acks.failed["sneaky.txt"]["message"]

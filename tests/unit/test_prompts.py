@@ -8,6 +8,7 @@ import pytest
 
 from daemon.prompts import (
     SYSTEM_INSTRUCTION,
+    Instructions,
     PromptBuilder,
     PromptKind,
     PromptTemplate,
@@ -121,3 +122,21 @@ def test_special_tokens_appear_only_in_the_template(builder: PromptBuilder, toke
     im_end = tokenizer.convert_tokens_to_ids("<|im_end|>")
     prompt = builder.build(PromptKind.DOCUMENT, [], style="prose", max_tokens=64)
     assert prompt.count(im_end) == 2  # system and user turns
+
+
+def test_a_profiles_instructions_word_the_system_and_each_kind(tokenizer: Any) -> None:
+    legal = Instructions(system="Write a legal brief.", part="Extract this part.", combine="Merge these.")
+    for kind, wording in (
+        (PromptKind.DOCUMENT, "Summarize the following document."),  # docsumd's own where not set
+        (PromptKind.PART, "Extract this part."),
+        (PromptKind.COMBINE, "Merge these."),
+    ):
+        template = build_template(tokenizer, kind, instructions=legal)
+        assert template.prefix == (
+            f"<|im_start|>system\nWrite a legal brief.<|im_end|>\n<|im_start|>user\n{wording}\n\n<document>\n"
+        )
+    builder = PromptBuilder(tokenizer, legal)
+    prefix, _ = builder.template_ids(PromptKind.PART, style="prose", max_tokens=64)
+    assert prefix == tokenizer.encode(build_template(tokenizer, PromptKind.PART, instructions=legal).prefix)
+    # The suffix (length and style) is the same whatever the wording: it is the layout's.
+    assert build_template(tokenizer, instructions=legal).suffix == build_template(tokenizer).suffix

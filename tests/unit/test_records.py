@@ -67,10 +67,16 @@ def test_dead_letter_of_binary_payload_is_base64_and_of_no_value_is_null() -> No
 
 
 def test_result_headers_replace_ours_and_keep_the_rest_in_order() -> None:
-    headers = result_headers(
-        [("trace", b"1"), ("model", b"spoofed"), ("x", b"2")], {"model": "tiny", "prompt_version": "v2"}
-    )
-    assert headers == [("trace", b"1"), ("x", b"2"), ("model", b"tiny"), ("prompt_version", b"v2")]
+    result = {"model": "tiny", "prompt_version": "v2", "profile": "brief", "profile_version": "0123abcd4567"}
+    headers = result_headers([("trace", b"1"), ("model", b"spoofed"), ("profile", b"x"), ("x", b"2")], result)
+    assert headers == [
+        ("trace", b"1"),
+        ("x", b"2"),
+        ("model", b"tiny"),
+        ("prompt_version", b"v2"),
+        ("profile", b"brief"),
+        ("profile_version", b"0123abcd4567"),
+    ]
 
 
 def test_dead_letter_headers_add_the_reason() -> None:

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from daemon.admission import Admission
-from daemon.budget import ContextBudget
 from daemon.chunking import split_into_chunks, tokenize_text
-from daemon.config import SummaryConfig
+from daemon.config import Config, EngineConfig, ProfileConfig, Style, SummaryConfig
 from daemon.documents import Document, sha256_hex
 from daemon.errors import DocumentError, RequestError
 from daemon.options import SummaryOptions
+from daemon.profiles import build_profiles, default_profiles
 from daemon.prompts import SYSTEM_INSTRUCTION, PromptKind
 from daemon.summarize import Summarizer, _gather, _group
 from tests.fakes import Call, FakeEngine
@@ -79,7 +79,7 @@ def make_summarizer(
         engine,
         tokenizer,
         summary_config,
-        budget=ContextBudget.create(summary_config, max_model_len, tokenizer),
+        profiles=default_profiles(summary_config, max_model_len, tokenizer),
         admission=admission or make_admission(),
     )
 
@@ -109,7 +109,9 @@ def body_of(
     summarizer: Summarizer, call: Call, kind: PromptKind, *, style: Any, max_tokens: int
 ) -> list[int]:
     """The text ids of a recorded prompt, with the template's prefix and suffix checked and removed."""
-    prefix, suffix = summarizer.prompts.template_ids(kind, style=style, max_tokens=max_tokens)
+    prefix, suffix = summarizer.profiles.default.prompts.template_ids(
+        kind, style=style, max_tokens=max_tokens
+    )
     assert call.prompt[: len(prefix)] == prefix
     assert call.prompt[len(call.prompt) - len(suffix) :] == suffix
     return call.prompt[len(prefix) : len(call.prompt) - len(suffix)]
@@ -158,7 +160,7 @@ async def test_short_document_is_one_request(tokenizer: Any) -> None:
 async def test_document_that_just_fits_is_one_request_and_one_more_token_is_not(tokenizer: Any) -> None:
     engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=512)
-    room = summarizer.budget.room(PromptKind.DOCUMENT, "prose", 64)
+    room = summarizer.profiles.default.budget.room(PromptKind.DOCUMENT, "prose", 64)
     text = long_text(40)
     ids = tokenize_text(tokenizer, text).ids
     assert len(ids) > room + 1
@@ -203,9 +205,9 @@ async def test_long_document_is_split_into_parts_that_cover_it_then_combined(tok
     covered = 0
     previous_start = -1
     for call in parts:
-        assert call.max_tokens == summarizer.budget.part_summary_tokens == 64
+        assert call.max_tokens == summarizer.profiles.default.budget.part_summary_tokens == 64
         body = body_of(summarizer, call, PromptKind.PART, style="prose", max_tokens=call.max_tokens)
-        assert 0 < len(body) <= summarizer.budget.part_input_tokens
+        assert 0 < len(body) <= summarizer.profiles.default.budget.part_input_tokens
         start = find(document_ids, body, previous_start + 1)
         assert 0 <= start <= covered, f"{call.request_id} leaves a gap before token {start}"
         previous_start, covered = start, start + len(body)
@@ -253,7 +255,7 @@ async def test_part_summaries_too_long_for_one_combine_are_combined_in_stages(to
     assert kinds == ["part"] * len(parts) + ["combine"] * len(combines)
     # Each level combines the previous level's entries in consecutive groups (labels 1..n, in order),
     # every group but a level's last holding two or more; each level at least halves the count.
-    room = summarizer.budget.room(PromptKind.COMBINE, "prose", 64)
+    room = summarizer.profiles.default.budget.room(PromptKind.COMBINE, "prose", 64)
     levels: list[list[list[int]]] = []
     for call in combines[:-1]:
         body = body_of(summarizer, call, PromptKind.COMBINE, style="prose", max_tokens=64)
@@ -301,7 +303,7 @@ async def test_truncating_strategies_send_one_request_and_report_what_was_droppe
     (call,) = engine.calls
     assert len(call.prompt) + call.max_tokens == max_model_len  # the context is used to the last token
     body = body_of(summarizer, call, PromptKind.DOCUMENT, style="prose", max_tokens=64)
-    room = summarizer.budget.room(PromptKind.DOCUMENT, "prose", 64)
+    room = summarizer.profiles.default.budget.room(PromptKind.DOCUMENT, "prose", 64)
     assert len(body) == room
     gap = summarizer.encode("\n\n[...]\n\n")
     if strategy == "head":
@@ -424,8 +426,8 @@ async def test_engine_error_fails_the_document_and_cancels_its_other_requests(to
     parts = len(
         split_into_chunks(
             tokenize_text(tokenizer, text),
-            summarizer.budget.part_input_tokens,
-            summarizer.budget.overlap_tokens,
+            summarizer.profiles.default.budget.part_input_tokens,
+            summarizer.profiles.default.budget.overlap_tokens,
         )
     )
     assert 3 <= parts <= summarizer.config.max_parallel_requests_per_document  # all reach the engine
@@ -507,7 +509,7 @@ async def test_every_prompt_starts_with_the_same_system_prefix(tokenizer: Any) -
         assert call.prompt[: len(system)] == system, call.request_id
     # Within a kind the shared prefix runs up to the text: the instruction is before it, not after.
     for kind in (PromptKind.PART, PromptKind.COMBINE):
-        prefix, _ = summarizer.prompts.template_ids(kind, style="prose", max_tokens=64)
+        prefix, _ = summarizer.profiles.default.prompts.template_ids(kind, style="prose", max_tokens=64)
         assert len(prefix) > len(system)
         for call in engine.of_kind(kind.value):
             assert call.prompt[: len(prefix)] == prefix
@@ -562,3 +564,54 @@ async def test_gather_cancels_the_rest_on_the_first_failure() -> None:
     with pytest.raises(ValueError, match="part failed"):
         await asyncio.wait_for(_gather([wait_forever(1), fail(), wait_forever(2)]), 5)
     assert sorted(cancelled) == [1, 2]
+
+
+# -- profiles --------------------------------------------------------------------------------------
+
+
+async def test_a_staged_summary_runs_every_request_under_its_profile(tokenizer: Any) -> None:
+    engine = replying_engine()
+    config = Config(
+        engine=EngineConfig(model="unused", max_model_len=512),
+        summary=SummaryConfig(max_summary_tokens=64, chunk_overlap_tokens=32),
+        profiles={"brief": ProfileConfig(max_summary_tokens=48)},
+    )
+    profiles = build_profiles(config, tokenizer)
+    summarizer = Summarizer(engine, tokenizer, config.summary, profiles=profiles, admission=make_admission())
+    brief = profiles.get("brief")
+
+    summary = await summarizer.summarize(make_document(long_text(80)), profile=brief)
+
+    assert_every_request_fits(engine, 512)
+    assert (summary.profile, summary.profile_version) == ("brief", brief.version)
+    assert (summary.style, summary.max_summary_tokens) == ("bullets", 48)  # the profile's defaults
+    assert {call.kind for call in engine.calls} == {"part", "combine"}
+    for call in engine.calls:
+        kind = PromptKind(call.kind)
+        style: Style = "bullets" if call is engine.calls[-1] else "prose"
+        prefix, suffix = brief.prompts.template_ids(kind, style=style, max_tokens=call.max_tokens)
+        assert call.prompt[: len(prefix)] == prefix, call.request_id
+        assert call.prompt[len(call.prompt) - len(suffix) :] == suffix, call.request_id
+        assert call.sampling is not None
+        assert call.sampling == brief.sampling(call.max_tokens)
+    # Parts are cut to the brief's room (its longer wording leaves less of the context for text).
+    assert brief.budget.part_input_tokens < profiles.default.budget.part_input_tokens
+    for call in engine.of_kind("part"):
+        assert call.max_tokens == brief.budget.part_summary_tokens == 48
+
+
+async def test_document_options_override_the_profiles_defaults(tokenizer: Any) -> None:
+    engine = replying_engine()
+    config = Config(
+        engine=EngineConfig(model="unused", max_model_len=1024),
+        summary=SummaryConfig(max_summary_tokens=64),
+        profiles={"brief": ProfileConfig()},
+    )
+    profiles = build_profiles(config, tokenizer)
+    summarizer = Summarizer(engine, tokenizer, config.summary, profiles=profiles, admission=make_admission())
+    summary = await summarizer.summarize(
+        make_document("A short notice."),
+        SummaryOptions(style="prose", max_summary_tokens=32),
+        profile=profiles.get("brief"),
+    )
+    assert (summary.profile, summary.style, summary.max_summary_tokens) == ("brief", "prose", 32)

@@ -250,6 +250,7 @@ class KafkaSource(Lifecycle):
             metadata=message_metadata(entry.message, self._limits),
             load_options=load_options,
             size=len(parsed.text or b""),
+            profile=self.config.profile_for(entry.message.topic),
         )
 
     # -- acknowledgement: the committer writes or holds the output, then the offset is finished ---

@@ -7,6 +7,7 @@ real vLLM engine and the real broker.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 
 from daemon.contracts import Generation, Sampling
 from daemon.records import parse_request_id
@@ -38,8 +39,17 @@ class FakeEngine:
         self.running = False
         self.stopped = True
 
-    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
+    async def generate(
+        self,
+        prompt_token_ids: list[int],
+        sampling: Sampling,
+        request_id: str,
+        *,
+        on_prefilled: Callable[[], None] | None = None,
+    ) -> Generation:
         doc_id = parse_request_id(request_id).doc_id
+        if on_prefilled is not None:
+            on_prefilled()  # no prefill to speak of: the engine's queue never holds it back
         self.concurrent += 1
         self.max_concurrent = max(self.max_concurrent, self.concurrent)
         try:

@@ -31,9 +31,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Container
 from pathlib import Path
 from stat import S_ISREG
 from typing import Final
@@ -54,11 +55,33 @@ IGNORED_SUFFIXES: Final = (".tmp", ".part", ".partial", ".crdownload", ".swp")
 OPTIONS_SUFFIX: Final = ".options.json"
 MAX_OPTIONS_BYTES: Final = 64 * 1024
 SOURCE_NAME: Final = "folder"
+SYNC_SCAN_DIR_BYTES: Final = 64 * 1024
+"""An inbox directory up to this size (about 2,000 entries on ext4) is listed on the event loop."""
+SCAN_ADD_CHUNK: Final = 5000
+"""Files of a listing made in a worker thread that one event-loop turn adds."""
 
 
 def is_candidate_name(name: str) -> bool:
     """Whether a file name in the inbox is a document (not hidden, not a temporary file, not a sidecar)."""
     return not name.startswith(".") and not name.endswith((*IGNORED_SUFFIXES, OPTIONS_SUFFIX))
+
+
+def list_new_files(inbox: Path, known: Container[str], settle_seconds: float) -> tuple[list[str], list[str]]:
+    """Candidate files in ``inbox`` not in ``known``, oldest first: those unchanged for
+    ``settle_seconds`` (settled), and the others (to watch until they settle)."""
+    found: list[tuple[int, str]] = []
+    with os.scandir(inbox) as entries:
+        for entry in entries:
+            if entry.name in known or not is_candidate_name(entry.name):
+                continue
+            with contextlib.suppress(FileNotFoundError):
+                if entry.is_file(follow_symlinks=False):
+                    found.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
+    found.sort()
+    settled_before = (time.time() - settle_seconds) * 1e9
+    return [name for mtime, name in found if mtime <= settled_before], [
+        name for mtime, name in found if mtime > settled_before
+    ]
 
 
 def sidecar_names(name: str) -> list[str]:
@@ -133,18 +156,52 @@ class FolderSource(Lifecycle):
     # -- discovery -------------------------------------------------------------------------------
 
     def _scan(self) -> None:
-        """Add every unknown candidate file in the inbox, oldest first."""
+        """Add every unknown candidate file in the inbox, oldest first.
+
+        Listing a large inbox takes seconds (100,000 files: a stat each), which must not stall the
+        event loop (health checks, the engine's outputs): a small inbox (its directory at most
+        :data:`SYNC_SCAN_DIR_BYTES`) is listed here, a larger one in a worker thread, its files
+        added when the listing is back (one listing at a time). Files unchanged for
+        ``settle_seconds`` when listed are ready at once: no second look each, which for a large
+        backlog would be another stat per file on the event loop.
+        """
         self._last_scan = time.monotonic()
-        found: list[tuple[int, str]] = []
-        with os.scandir(self.config.inbox) as entries:
-            for entry in entries:
-                if entry.name in self._known or not is_candidate_name(entry.name):
-                    continue
-                with contextlib.suppress(FileNotFoundError):
-                    if entry.is_file(follow_symlinks=False):
-                        found.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
-        for _, name in sorted(found):
-            self._add(name)
+        inbox, settle = self.config.inbox, self.config.settle_seconds
+
+        def add(listing: tuple[list[str], list[str]]) -> None:
+            settled, fresh = listing
+            for name in settled:
+                if name not in self._known:
+                    self._known.add(name)
+                    self._ready.append(name)
+            for name in fresh:
+                self._add(name)
+            self._wakeup.set()
+
+        if inbox.stat().st_size <= SYNC_SCAN_DIR_BYTES:
+            add(list_new_files(inbox, self._known, settle))
+            return
+        if getattr(self, "_listing", None) is not None:
+            return  # the listing under way finds what this one would
+        loop = asyncio.get_running_loop()
+
+        def listed(listing: tuple[list[str], list[str]]) -> None:
+            settled, fresh = listing
+            if len(settled) > SCAN_ADD_CHUNK:  # in slices, so that no loop turn takes long
+                add((settled[:SCAN_ADD_CHUNK], []))
+                loop.call_soon(listed, (settled[SCAN_ADD_CHUNK:], fresh))
+                return
+            self._listing: threading.Thread | None = None
+            add(listing)
+
+        def list_in_thread() -> None:
+            listing = list_new_files(inbox, self._known, settle)  # membership tests: safe beside the loop
+            with contextlib.suppress(RuntimeError):  # the loop is closed: the source is gone
+                loop.call_soon_threadsafe(listed, listing)
+
+        thread = threading.Thread(target=list_in_thread, name="inbox-listing", daemon=True)
+        self._listing = thread
+        thread.start()
 
     def _add(self, name: str) -> None:
         if name in self._known or not is_candidate_name(name):

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from daemon.admission import Admission
+from daemon.admission import Admission, AdmissionLimits
 from daemon.budget import ContextBudget
 from daemon.config import SummaryConfig
 from daemon.errors import DocumentError, EngineDeadError, RequestError, SinkError
@@ -67,7 +67,7 @@ def finished() -> list[tuple[str, str]]:
 
 @pytest.fixture
 def pipeline(engine: FakeEngine, tokenizer: Any, finished: list[tuple[str, str]]) -> DocumentPipeline:
-    admission = Admission(max_requests=8, max_tokens=10**6, window_seconds=0.0, full_length=1024)
+    admission = Admission(AdmissionLimits(max_requests=8, max_tokens=10**6))
     config = SummaryConfig(max_summary_tokens=16)
     budget = ContextBudget.create(config, 1024, tokenizer)
     summarizer = Summarizer(engine, tokenizer, config, budget=budget, admission=admission)

@@ -18,7 +18,7 @@ from typing import Any, cast
 
 import pytest
 
-from daemon.admission import Admission
+from daemon.admission import Admission, AdmissionLimits, SlotHandle
 from daemon.budget import ContextBudget
 from daemon.chunking import split_into_chunks, tokenize_text
 from daemon.config import SummaryConfig
@@ -75,7 +75,16 @@ class FakeEngine:
         self.steps = steps  # event-loop turns each request takes, so concurrent requests overlap
         self.behaviour = behaviour  # awaited per request id; may raise or block
 
-    async def generate(self, prompt_token_ids: list[int], params: Any, request_id: str) -> Generation:
+    async def generate(
+        self,
+        prompt_token_ids: list[int],
+        params: Any,
+        request_id: str,
+        *,
+        on_prefilled: Callable[[], None] | None = None,
+    ) -> Generation:
+        if on_prefilled is not None:
+            on_prefilled()
         self.calls.append(Call(request_id, list(prompt_token_ids), int(params.max_tokens)))
         self.active += 1
         self.max_active = max(self.max_active, self.active)
@@ -106,21 +115,28 @@ class FakeEngine:
 class RecordingAdmission(Admission):
     """The real admission, remembering the cost and urgency of every slot asked for."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, limits: AdmissionLimits) -> None:
+        super().__init__(limits)
         self.asked: list[tuple[int, bool]] = []
 
     @contextlib.asynccontextmanager
     async def slot(
-        self, cost: int, *, urgent: bool = False, arrived_at: float | None = None
-    ) -> AsyncIterator[None]:
+        self,
+        cost: int,
+        *,
+        urgent: bool = False,
+        arrived_at: float | None = None,
+        prompt_tokens: int | None = None,
+    ) -> AsyncIterator[SlotHandle]:
         self.asked.append((cost, urgent))
-        async with super().slot(cost, urgent=urgent, arrived_at=arrived_at):
-            yield
+        async with super().slot(
+            cost, urgent=urgent, arrived_at=arrived_at, prompt_tokens=prompt_tokens
+        ) as handle:
+            yield handle
 
 
 def make_admission() -> RecordingAdmission:
-    return RecordingAdmission(max_requests=1000, max_tokens=10**9, window_seconds=10.0, full_length=1000)
+    return RecordingAdmission(AdmissionLimits(max_requests=1000, max_tokens=10**9))
 
 
 def make_summarizer(

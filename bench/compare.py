@@ -17,13 +17,22 @@ meaningful within one run):
    once, then each level of combine prompts), each request generating exactly as many tokens as it
    did in the daemon (``ignore_eos``), so both do the same work.
 
+The folder passes (1, 2 and the ``--variant`` passes) run one after the other on one engine, started
+once (``--warmup N`` first runs N documents through it, not counted: a freshly started GPU runs its
+first minute slower); vLLM's prefix cache is emptied before each pass, so no pass reuses another's
+prompts. The JSON file is rewritten after every pass, so a run stopped early keeps what it measured;
+``--deadline S`` skips the passes that would end later than S seconds after the start (estimated
+from the previous pass).
+
 Throughput is documents per second from the moment the engine is warm (after start-up and the
 warm-up request, in both) to the last result. Latency is per document, from that moment to its
 result written: the wait a user sees who dropped the whole workload in at once.
 
     .venv/bin/python bench/compare.py [--workload corpus|mixed] [--docs DIR] [--config FILE] [--json FILE]
 
-Workloads: ``corpus`` is every .txt file in ``--docs`` (``--copies N`` distinct copies of each);
+Workloads: ``corpus`` is every .txt file in ``--docs`` (``--copies N`` copies of each, each copy with
+its paragraphs in its own shuffled order, so copies share no prompt prefix beyond the instruction and
+vLLM's prefix cache cannot serve one copy's parts from another's);
 ``mixed`` is ``--count`` documents cut from that text with lengths from 500 to 20,000 tokens of the
 served model's tokenizer (70% short: 500-1,500; 30% long: 5,000-20,000), in shuffled order.
 """
@@ -44,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -104,6 +114,15 @@ def main() -> int:
     parser.add_argument("--fifo", action="store_true", help="also run the daemon with admission off")
     parser.add_argument("--no-raw", action="store_true", help="skip the raw vLLM run")
     parser.add_argument(
+        "--warmup", type=int, default=0, help="documents run through the engine first, not counted"
+    )
+    parser.add_argument(
+        "--deadline",
+        type=float,
+        default=None,
+        help="seconds from the start: skip the passes (and the raw run) that would end later",
+    )
+    parser.add_argument(
         "--kafka",
         action="store_true",
         help="also run the daemon with the Kafka source: the same documents produced to a topic of a "
@@ -135,22 +154,40 @@ def main() -> int:
     lengths = {name: len(tokenizer.encode(text, add_special_tokens=False)) for name, text in docs}
     print(f"workload {args.workload}: {len(docs)} documents, {sum(lengths.values())} tokens", file=sys.stderr)
 
-    runs = [_run_daemon(config, docs, work / "admission", admission=True)]
+    plans = [_Plan("admission", admission=True)]
     if args.fifo:
-        runs.append(_run_daemon(config, docs, work / "fifo", admission=False))
+        plans.append(_Plan("fifo", admission=False))
+    plans += [
+        _Plan(name, admission=True, overrides=overrides)
+        for name, overrides in map(_parse_variant, args.variant)
+    ]
+    budget = _Deadline(args.deadline)
+    warmup = docs[: args.warmup]
+
+    def report(done: list[DaemonRun], raw: dict[str, Any] | None = None) -> dict[str, Any]:
+        result = _report(args, config, docs, lengths, done, raw, plans)
+        _write_json(args.json, result)
+        return result
+
+    runs = _folder_passes(config, docs, work, plans, warmup=warmup, deadline=budget, on_pass=report)
+    if not runs:
+        raise SystemExit("no daemon pass fit the deadline")
     kafka_run = _run_kafka(config, docs, work / "kafka", args.partitions) if args.kafka else None
     kafka_pairs = [(runs[0], kafka_run)] if kafka_run is not None else []
     for round_ in range(2, args.kafka_rounds + 1 if args.kafka else 0):
-        folder_run = _run_daemon(
-            config, docs, work / f"folder{round_}", admission=True, label=f"folder{round_}"
+        (folder_run,) = _folder_passes(
+            config,
+            docs,
+            work,
+            [_Plan(f"folder{round_}", admission=True)],
+            warmup=[],
+            deadline=_Deadline(None),
         )
         kafka_pairs.append((folder_run, _run_kafka(config, docs, work / f"kafka{round_}", args.partitions)))
-    variants = [
-        _run_daemon(config, docs, work / name, admission=True, label=name, overrides=overrides)
-        for name, overrides in map(_parse_variant, args.variant)
-    ]
-    raw = None if args.no_raw else _run_raw(config, runs[0].requests)
-    result = _report(args, config, docs, lengths, runs, raw)
+    raw = None
+    if not args.no_raw and budget.allows(budget.raw_estimate(runs[0])):
+        raw = _run_raw(config, runs[0].requests)
+    result = report(runs, raw)
     if kafka_run is not None:
         kafka_stats = _run_stats(kafka_run, lengths)
         result["kafka"] = kafka_stats
@@ -173,17 +210,50 @@ def main() -> int:
         result["kafka_vs_folder_median"] = round(
             statistics.median(pair["kafka_vs_folder"] for pair in pairs), 3
         )
-    result["variants"] = {
-        run.label: {**_run_stats(run, lengths), "admission": overrides}
-        for run, (_, overrides) in zip(variants, map(_parse_variant, args.variant), strict=True)
-    }
-    text = json.dumps(result, indent=2)
-    print(text)
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n", encoding="utf-8")
+    print(json.dumps(result, indent=2))
+    _write_json(args.json, result)
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _write_json(path: Path | None, result: dict[str, Any]) -> None:
+    if path is None:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(path.name + ".tmp")
+    temporary.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    temporary.replace(path)
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """One daemon pass to run: its label and admission settings."""
+
+    label: str
+    admission: bool
+    overrides: dict[str, float | int] = field(default_factory=dict)
+
+
+class _Deadline:
+    """Whether the next pass still fits before ``--deadline`` (estimated from the last pass)."""
+
+    def __init__(self, seconds: float | None) -> None:
+        self.end = None if seconds is None else _STARTED + seconds
+        self.last_pass_s = 0.0
+
+    def allows(self, needed_s: float) -> bool:
+        return self.end is None or time.monotonic() + needed_s <= self.end
+
+    def next_pass_s(self) -> float:
+        return 1.15 * self.last_pass_s
+
+    def raw_estimate(self, run: DaemonRun) -> float:
+        # The raw run starts its own engine (about as long as the daemon's first start), then does
+        # the same work as a daemon pass.
+        return (run.engine_start_s or 60.0) + 1.1 * (max(run.finished_at.values()) - run.start)
+
+
+_STARTED = time.monotonic()
 
 
 # -- workloads ------------------------------------------------------------------------------------
@@ -195,13 +265,23 @@ def _workload(args: argparse.Namespace, tokenizer: Any) -> list[tuple[str, str]]
         raise SystemExit(f"no .txt files in {args.docs}")
     texts = [(path.name, path.read_text(encoding="utf-8", errors="replace")) for path in files]
     if args.workload == "corpus":
-        # A distinct first line per copy: copies share no prefix-cache blocks beyond the template.
         return [
-            (f"c{copy}-{name}", f"Copy {copy} of {name}.\n{text}")
+            (f"c{copy}-{name}", shuffled_copy(text, copy, name, args.seed))
             for copy in range(1, args.copies + 1)
             for name, text in texts
         ]
     return _mixed(texts, tokenizer, args.count, random.Random(args.seed))
+
+
+def shuffled_copy(text: str, copy: int, name: str, seed: int) -> str:
+    """Copy ``copy`` of a document: its paragraphs in an order of its own, after a line naming it.
+
+    Copies that differed only in their first line shared every later part of a long document, so
+    vLLM's prefix cache served those parts and the benchmark looked faster than a real stream.
+    """
+    paragraphs = [paragraph for paragraph in text.split("\n\n") if paragraph.strip()]
+    random.Random(f"{seed}:{copy}:{name}").shuffle(paragraphs)
+    return f"Copy {copy} of {name}.\n" + "\n\n".join(paragraphs)
 
 
 def _mixed(
@@ -234,14 +314,44 @@ def _parse_variant(text: str) -> tuple[str, dict[str, float | int]]:
     return name, overrides
 
 
-def _run_daemon(
+def _folder_passes(
     config: Config,
     docs: list[tuple[str, str]],
-    folder: Path,
+    work: Path,
+    plans: list[_Plan],
     *,
-    admission: bool,
-    label: str | None = None,
-    overrides: dict[str, float | int] | None = None,
+    warmup: list[tuple[str, str]],
+    deadline: _Deadline,
+    on_pass: Any = None,
+) -> list[DaemonRun]:
+    """The daemon over the folder source, one pass per plan, all on one engine started once."""
+
+    async def passes() -> list[DaemonRun]:
+        engine = Engine(config.engine)
+        runs: list[DaemonRun] = []
+        try:
+            if warmup:
+                await _folder_pass(config, warmup, work / "warmup", _Plan("warmup", admission=True), engine)
+            for plan in plans:
+                if runs and not deadline.allows(deadline.next_pass_s()):
+                    print(f"skipping pass {plan.label}: the deadline is too near", file=sys.stderr)
+                    continue
+                if engine.is_running:
+                    await engine.reset_prefix_cache()  # no pass may reuse another's prompts
+                started = time.monotonic()
+                runs.append(await _folder_pass(config, docs, work / plan.label, plan, engine))
+                deadline.last_pass_s = time.monotonic() - started
+                if on_pass is not None:
+                    on_pass(runs)
+        finally:
+            await engine.stop()
+        return runs
+
+    return asyncio.run(passes())
+
+
+async def _folder_pass(
+    config: Config, docs: list[tuple[str, str]], folder: Path, plan: _Plan, engine: Engine
 ) -> DaemonRun:
     inbox = folder / "inbox"
     inbox.mkdir(parents=True)
@@ -262,10 +372,14 @@ def _run_daemon(
                 )
             ),
             "metrics": MetricsConfig(enabled=False),
-            "admission": config.admission.model_copy(update={"enabled": admission, **(overrides or {})}),
+            "admission": config.admission.model_copy(update={"enabled": plan.admission, **plan.overrides}),
         }
     )
-    run = _serve(run_config, len(docs), label or ("admission" if admission else "fifo"))
+    run = DaemonRun(label=plan.label)
+    sampler = _RssSampler()
+    with sampler:
+        await _serve_async(run_config, len(docs), run, RecordingEngine(engine, run, shared=True))
+    run.peak_rss = sampler.peak
     for path in (folder / "outbox").glob("*.summary.json"):
         record = json.loads(path.read_text(encoding="utf-8"))
         run.results[record["id"]] = record
@@ -298,7 +412,14 @@ def _run_kafka(config: Config, docs: list[tuple[str, str]], folder: Path, partit
         run_config = config.model_copy(
             update={"sources": SourcesConfig(kafka=kafka), "metrics": MetricsConfig(enabled=False)}
         )
-        run = _serve(run_config, len(docs), "kafka")
+        run = DaemonRun(label="kafka")
+        sampler = _RssSampler()
+        with sampler:
+            asyncio.run(
+                _serve_async(run_config, len(docs), run, RecordingEngine(Engine(run_config.engine), run))
+            )
+        run.peak_rss = sampler.peak
+        gc.collect()
         results = asyncio.run(read_all(broker.bootstrap, topics["output"], timeout=30.0))
         for message in results:
             record = json.loads(message.value)
@@ -312,11 +433,10 @@ def _run_kafka(config: Config, docs: list[tuple[str, str]], folder: Path, partit
     return run
 
 
-def _serve(run_config: Config, expected: int, label: str) -> DaemonRun:
+async def _serve_async(run_config: Config, expected: int, run: DaemonRun, engine: RecordingEngine) -> None:
     """Run the service until ``expected`` documents are finished, timing from ready; then stop it."""
     from daemon.service import Service
 
-    run = DaemonRun(label=label)
     all_done = asyncio.Event()
 
     def finished(item: Any, outcome: str) -> None:
@@ -325,34 +445,31 @@ def _serve(run_config: Config, expected: int, label: str) -> DaemonRun:
         if len(run.finished_at) == expected:
             all_done.set()
 
-    async def serve() -> None:
-        service = Service(
-            run_config, engine=RecordingEngine(Engine(run_config.engine), run), on_finished=finished
-        )
-        task = asyncio.create_task(service.run())
-        while not service.ready() and not task.done():  # noqa: ASYNC110 - no event for "ready"
-            await asyncio.sleep(0.01)
-        run.start = time.monotonic()
-        run.engine_start_s = service.engine.start_seconds
-        waiter = asyncio.create_task(all_done.wait())
-        await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        service.request_stop()
-        await task
-
-    sampler = _RssSampler()
-    with sampler:
-        asyncio.run(serve())
-    run.peak_rss = sampler.peak
-    gc.collect()
-    return run
+    service = Service(run_config, engine=engine, on_finished=finished)
+    task = asyncio.create_task(service.run())
+    while not service.ready() and not task.done():  # noqa: ASYNC110 - no event for "ready"
+        await asyncio.sleep(0.01)
+    run.start = time.monotonic()
+    run.engine_start_s = engine.start_seconds
+    waiter = asyncio.create_task(all_done.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    service.request_stop()
+    await task
+    waiter.cancel()
 
 
 class RecordingEngine:
-    """The real engine, recording every request it runs (the raw pass replays them)."""
+    """The real engine, recording every request it runs (the raw pass replays them).
 
-    def __init__(self, engine: Engine, run: DaemonRun) -> None:
+    ``shared``: the engine outlives this pass, so stopping the service leaves it running (the
+    passes' owner stops it), and the start time is reported only by the pass that started it.
+    """
+
+    def __init__(self, engine: Engine, run: DaemonRun, *, shared: bool = False) -> None:
         self.engine = engine
         self.run = run
+        self.shared = shared
+        self._started_here = False
 
     @property
     def is_running(self) -> bool:
@@ -364,17 +481,26 @@ class RecordingEngine:
 
     @property
     def start_seconds(self) -> float | None:
-        return self.engine.start_seconds
+        return self.engine.start_seconds if self._started_here else None
 
     async def start(self) -> None:
+        self._started_here = not self.engine.is_running
         await self.engine.start()
 
     async def stop(self) -> None:
-        await self.engine.stop()
+        if not self.shared:
+            await self.engine.stop()
 
-    async def generate(self, prompt_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
+    async def generate(
+        self,
+        prompt_ids: list[int],
+        sampling: Sampling,
+        request_id: str,
+        *,
+        on_prefilled: Callable[[], None] | None = None,
+    ) -> Generation:
         submitted = time.monotonic()
-        generation = await self.engine.generate(prompt_ids, sampling, request_id)
+        generation = await self.engine.generate(prompt_ids, sampling, request_id, on_prefilled=on_prefilled)
         parsed = parse_request_id(request_id)
         self.run.requests.append(
             Request(
@@ -484,9 +610,11 @@ def _report(  # noqa: PLR0917 - one call site, every argument a different kind o
     lengths: dict[str, int],
     runs: list[DaemonRun],
     raw: dict[str, Any] | None,
+    plans: list[_Plan],
 ) -> dict[str, Any]:
     main_run = runs[0]
-    stats = _run_stats(main_run, lengths)
+    by_label = {run.label: _run_stats(run, lengths) for run in runs}
+    stats = by_label[main_run.label]
     prompt_tokens = sum(len(request.prompt_ids) for request in main_run.requests)
     result: dict[str, Any] = {
         "benchmark": "bench/compare.py",
@@ -505,14 +633,17 @@ def _report(  # noqa: PLR0917 - one call site, every argument a different kind o
         "p95_latency_s": stats["p95_latency_s"],
         "peak_rss_mib": round(main_run.peak_rss / 2**20, 1),
         "daemon": stats,
+        "passes_in_order": [run.label for run in runs],
+        "passes_skipped": [plan.label for plan in plans if plan.label not in by_label],
     }
+    raw_docs_per_s = None
     if raw is not None:
         raw_docs_per_s = len(docs) / raw["seconds"]
         result["raw_docs_per_s"] = round(raw_docs_per_s, 3)
         result["ratio"] = round(stats["docs_per_s"] / raw_docs_per_s, 3)
         result["raw"] = {**raw, "prompt_tok_per_s": round(prompt_tokens / raw["seconds"], 1)}
-    if len(runs) > 1:
-        fifo = _run_stats(runs[1], lengths)
+    fifo = by_label.get("fifo")
+    if fifo is not None:
         result["fifo"] = fifo
         result["admission_vs_fifo"] = {
             "throughput_ratio": round(stats["docs_per_s"] / fifo["docs_per_s"], 3),
@@ -520,6 +651,13 @@ def _report(  # noqa: PLR0917 - one call site, every argument a different kind o
             "short_p50_s": [stats["short"]["p50_latency_s"], fifo["short"]["p50_latency_s"]],
             "long_p95_s": [stats["long"]["p95_latency_s"], fifo["long"]["p95_latency_s"]],
         }
+    overrides = {plan.label: plan.overrides for plan in plans}
+    result["variants"] = {
+        label: {**pass_stats, "admission": overrides[label]}
+        for label, pass_stats in by_label.items()
+        if label not in (main_run.label, "fifo")
+    }
+    result["curve"] = [_curve_point(pass_stats, fifo, raw_docs_per_s) for pass_stats in by_label.values()]
     result["engine"] = {
         key: value
         for key, value in engine_kwargs(config.engine).items()
@@ -528,6 +666,30 @@ def _report(  # noqa: PLR0917 - one call site, every argument a different kind o
     result["admission"] = config.admission.model_dump()
     result["environment"] = _environment()
     return result
+
+
+def _curve_point(
+    stats: dict[str, Any], fifo: dict[str, Any] | None, raw_docs_per_s: float | None
+) -> dict[str, Any]:
+    """One pass as a point of the throughput/latency trade-off, against FIFO and raw vLLM."""
+
+    def ratio(value: float | None, base: float | None, digits: int = 2) -> float | None:
+        return None if value is None or not base else round(value / base, digits)
+
+    point: dict[str, Any] = {
+        "label": stats["label"],
+        "docs_per_s": stats["docs_per_s"],
+        "vs_raw": ratio(stats["docs_per_s"], raw_docs_per_s, 3),
+        "short_p50_s": stats["short"]["p50_latency_s"],
+        "short_p95_s": stats["short"]["p95_latency_s"],
+        "long_p95_s": stats["long"]["p95_latency_s"],
+    }
+    if fifo is not None:
+        point["vs_fifo"] = ratio(stats["docs_per_s"], fifo["docs_per_s"], 3)
+        point["short_p50_vs_fifo"] = ratio(point["short_p50_s"], fifo["short"]["p50_latency_s"])
+        point["short_p95_vs_fifo"] = ratio(point["short_p95_s"], fifo["short"]["p95_latency_s"])
+        point["long_p95_vs_fifo"] = ratio(point["long_p95_s"], fifo["long"]["p95_latency_s"])
+    return point
 
 
 def _run_stats(run: DaemonRun, lengths: dict[str, int]) -> dict[str, Any]:

@@ -1,20 +1,39 @@
 """Admission control: which engine request goes to vLLM next, and when.
 
-vLLM serves the requests it holds first come, first served. Handing it every request at once makes a
-500-token document wait behind a backlog of 20,000-token ones, and makes memory grow with the
-backlog. :class:`Admission` sits in front of the engine and keeps what vLLM holds bounded to what
-it can work on (``max_requests`` requests and ``max_tokens`` tokens, prompt plus output budget),
-and picks the next request from those waiting:
+vLLM serves the requests it holds first come, first served, and every engine step carries the
+decoding of every running request plus up to ``max_num_batched_tokens`` of prompt (prefill). A step
+with a full prefill chunk takes tens of times longer than a step that only decodes (on one H200 with
+a 7B model about 0.45 s against 10-20 ms), and a summary needs hundreds of decoding steps. So a short
+document whose decoding shares its steps with the prefill of long documents takes as long as the
+long ones; one whose decoding runs in light steps is done in seconds. :class:`Admission` sits in
+front of the engine and decides what vLLM holds, in five rules:
 
-1. combine (reduce) steps of documents already in progress first, so documents finish instead of
-   all advancing slowly;
-2. then by *virtual arrival time*: the document's arrival time plus a delay that grows with the
-   request's length, up to ``window_seconds`` for a full-context request. Within that window short
-   requests overtake long ones; a long request that has waited ``window_seconds`` is ahead of
-   anything arriving later, so it never starves.
-
-The request at the head of the order is never overtaken by a smaller one just because that one fits
-in the remaining budget: it waits for room, which is what bounds the wait of long requests.
+1. **Bounds.** At most ``max_requests`` requests and ``max_tokens`` tokens (prompt plus output
+   budget) are in the engine; a lone request always runs.
+2. **Light before heavy.** A request is *light* when its prompt is at most ``light_prompt_tokens``
+   (by default an eighth of an engine step's token budget: its own prefill is a small part of one
+   step, so its latency is its decoding steps); otherwise *heavy*. Waiting light requests go first;
+   within each class, combine steps of documents in progress (``urgent``) first, then arrival order.
+3. **A short prefill queue.** A request is admitted only while the prompt tokens the engine holds
+   but has not prefilled yet stay within ``prefill_tokens`` (by default four engine steps),
+   counting the new one; the engine reports when a request's prefill is done
+   (:meth:`SlotHandle.prefill_done`). The engine always has full steps of prefill to do, but never
+   a backlog of it that a light request arriving later would have to wait behind, and the order is
+   decided at the last moment, when the most requests are known.
+4. **Light waves.** When at least ``wave_min_requests`` light requests are in the engine, heavy
+   requests wait until fewer are: those light requests decode in light steps instead of crawling
+   beside long prefills. Light requests join a wave while it is forming (one of its requests still
+   prefilling); once all of them decode, later light requests wait for the next wave while heavy
+   requests wait too (their prefill would slow every decoding step, and the wave that ends sooner
+   lets the heavy work resume sooner; with no heavy request waiting they join whenever there is
+   room, as in plain continuous batching). When more light requests wait than one wave can hold
+   (``max_requests``), they are split into the fewest waves, the first ones a little fuller than
+   an even split (``wave_max_requests`` caps a wave's size instead). Fewer light requests than
+   ``wave_min_requests`` are not worth a light phase (its cost is the steps' fixed overhead, the
+   same for 1 request or 200): they run beside heavy work.
+5. **Aging.** A heavy request that waited ``aging_seconds`` is admitted ahead of light requests
+   that arrived after it, wave or not (within the bounds and the prefill queue), so heavy documents
+   never starve under a steady stream of light ones.
 
 With ``enabled=False`` requests go straight to the engine in arrival order (plain FIFO), which is
 the baseline the benchmark compares against; the counters still work.
@@ -26,9 +45,11 @@ import asyncio
 import contextlib
 import heapq
 import itertools
+import math
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
+from typing import Final
 
 from daemon.config import AdmissionConfig, EngineConfig
 from daemon.logging import get_logger
@@ -36,169 +57,358 @@ from daemon.metrics import ADMISSION_WAIT, ADMISSION_WAITING, ENGINE_INFLIGHT_RE
 
 log = get_logger(__name__)
 
-MAX_DEFAULT_REQUESTS = 128
-"""The default request bound's cap: keeps a 7B model on an H200 saturated on long documents (measured)
-while leaving vLLM's own queue empty."""
+UNBOUNDED: Final = 1 << 62
+"""A limit that never binds."""
+_PREFILL_QUEUE_STEPS: Final = 4
+"""The default prefill queue, in engine steps. vLLM schedules a step while the one before runs (async
+scheduling), so a request admitted on a prefill-done event reaches the engine two steps after the
+step that freed its room; two steps of queue left the engine's steps short of prefill now and then
+(0.96 of FIFO's throughput against 0.987 with four, measured on the H200, bench/RESULTS.md)."""
+_FIRST_WAVES_SHARE: Final = 1.25
+"""When light requests need several waves, the earlier waves are this much larger than an even split."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionLimits:
+    """The numbers :class:`Admission` works with (see the module's doc for what each one does).
+
+    Only the bounds are required: by default no request is light and the prefill queue is unbounded,
+    which leaves the bounds and arrival order (urgent first).
+    """
+
+    max_requests: int
+    max_tokens: int
+    light_prompt_tokens: int = 0
+    prefill_tokens: int = UNBOUNDED
+    wave_min_requests: int = UNBOUNDED
+    wave_max_requests: int | None = None
+    aging_seconds: float = 30.0
+
+    def __post_init__(self) -> None:
+        """Reject limits that would block everything."""
+        counts = (self.max_requests, self.max_tokens, self.prefill_tokens, self.wave_min_requests)
+        wave_max = 1 if self.wave_max_requests is None else self.wave_max_requests
+        if min(*counts, wave_max) < 1 or self.light_prompt_tokens < 0:
+            raise ValueError("admission limits must be positive")
 
 
 @dataclass(order=True, slots=True)
 class _Waiter:
+    """A request in the engine or waiting for it; ordered by its queue key."""
+
     key: tuple[int, float, int]
     cost: int = field(compare=False)
-    granted: asyncio.Future[None] = field(compare=False)
-    gone: bool = field(default=False, compare=False)
+    prompt_tokens: int = field(compare=False)
+    light: bool = field(compare=False)
+    arrived_at: float = field(compare=False)
+    granted: asyncio.Future[None] | None = field(default=None, compare=False)
+    gone: bool = field(default=False, compare=False)  # left the queue: granted or cancelled
+    admitted: bool = field(default=False, compare=False)
+    prefilled: bool = field(default=False, compare=False)
+
+
+class SlotHandle:
+    """What :meth:`Admission.slot` yields: lets the engine say when the request's prefill is done."""
+
+    __slots__ = ("_admission", "_waiter")
+
+    def __init__(self, admission: Admission, waiter: _Waiter) -> None:
+        self._admission = admission
+        self._waiter = waiter
+
+    def prefill_done(self) -> None:
+        """The engine has prefilled the prompt (its first output came). Idempotent."""
+        self._admission._prefill_done(self._waiter)
 
 
 class Admission:
     """Bounds and orders the requests in the engine. Safe to use from many tasks of one event loop."""
 
     def __init__(
-        self,
-        *,
-        max_requests: int,
-        max_tokens: int,
-        window_seconds: float,
-        full_length: int,
-        enabled: bool = True,
+        self, limits: AdmissionLimits, *, enabled: bool = True, clock: Callable[[], float] = time.monotonic
     ) -> None:
-        """``full_length`` is the request size (tokens) that gets the whole ``window_seconds`` delay."""
-        if max_requests < 1 or max_tokens < 1 or full_length < 1:
-            raise ValueError("admission limits must be positive")
-        self.max_requests = max_requests
-        self.max_tokens = max_tokens
-        self.window_seconds = window_seconds
-        self.full_length = full_length
+        """``clock`` gives the time that ``arrived_at`` values are in (``time.monotonic`` seconds)."""
+        self.limits = limits
         self.enabled = enabled
+        self._clock = clock
         self.inflight_requests = 0
         self.inflight_tokens = 0
-        self._waiting: list[_Waiter] = []
-        self._waiting_count = 0
+        self.unprefilled_tokens = 0
+        """Prompt tokens of admitted requests whose prefill is not done yet."""
+        self.light_inflight = 0
+        self.light_prefilling = 0
+        self._light: list[_Waiter] = []
+        self._heavy: list[_Waiter] = []
+        self._waiting_light = 0
+        self._waiting_heavy = 0
         self._sequence = itertools.count()
+        self._aging_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def max_requests(self) -> int:
+        """Requests in the engine at most."""
+        return self.limits.max_requests
+
+    @property
+    def max_tokens(self) -> int:
+        """Tokens (prompt plus output budget) in the engine at most."""
+        return self.limits.max_tokens
 
     @property
     def waiting(self) -> int:
         """Requests waiting for admission."""
-        return self._waiting_count
+        return self._waiting_light + self._waiting_heavy
 
-    def priority_key(self, cost: int, *, urgent: bool, arrived_at: float) -> tuple[int, float, int]:
-        """The order key of a request: urgent first, then by virtual arrival time, then by submission."""
-        delay = self.window_seconds * min(1.0, cost / self.full_length)
-        return (0 if urgent else 1, arrived_at + delay, next(self._sequence))
+    @property
+    def protecting(self) -> bool:
+        """Whether a light wave is decoding: heavy requests wait unless aged."""
+        return self.light_inflight >= self.limits.wave_min_requests
+
+    def is_light(self, prompt_tokens: int) -> bool:
+        """Whether a prompt of this length makes a light request."""
+        return prompt_tokens <= self.limits.light_prompt_tokens
 
     @contextlib.asynccontextmanager
     async def slot(
-        self, cost: int, *, urgent: bool = False, arrived_at: float | None = None
-    ) -> AsyncIterator[None]:
+        self,
+        cost: int,
+        *,
+        urgent: bool = False,
+        arrived_at: float | None = None,
+        prompt_tokens: int | None = None,
+    ) -> AsyncIterator[SlotHandle]:
         """Wait for admission of a request of ``cost`` tokens; hold it for the ``async with`` body.
 
-        ``arrived_at`` (``time.monotonic()`` seconds) is when the request's document arrived;
-        ``urgent`` marks a combine step of a document in progress. Cancellation while waiting
-        leaves the queue clean.
+        ``prompt_tokens`` (default: ``cost``) is the part of ``cost`` the engine prefills; tell it
+        when that is done through the yielded handle. ``arrived_at`` (``time.monotonic()`` seconds)
+        is when the request's document arrived; ``urgent`` marks a combine step of a document in
+        progress. Cancellation while waiting leaves the queue clean.
         """
-        waited_from = time.monotonic()
-        if self.enabled:
-            await self._wait_turn(
-                cost, urgent=urgent, arrived_at=waited_from if arrived_at is None else arrived_at
-            )
-        else:
-            self._take(cost)
-        ADMISSION_WAIT.observe(time.monotonic() - waited_from)
-        try:
-            yield
-        finally:
-            self._release(cost)
-
-    async def _wait_turn(self, cost: int, *, urgent: bool, arrived_at: float) -> None:
-        waiter = _Waiter(
-            key=self.priority_key(cost, urgent=urgent, arrived_at=arrived_at),
-            cost=cost,
-            granted=asyncio.get_running_loop().create_future(),
+        waited_from = self._clock()
+        prompt = cost if prompt_tokens is None else min(prompt_tokens, cost)
+        waiter = self._new_waiter(
+            cost, prompt, urgent=urgent, arrived_at=waited_from if arrived_at is None else arrived_at
         )
-        heapq.heappush(self._waiting, waiter)
-        self._waiting_count += 1
-        ADMISSION_WAITING.set(self._waiting_count)
+        if self.enabled:
+            await self._wait_turn(waiter)
+        else:
+            self._take(waiter)
+        ADMISSION_WAIT.observe(self._clock() - waited_from)
+        try:
+            yield SlotHandle(self, waiter)
+        finally:
+            self._release(waiter)
+
+    def _new_waiter(self, cost: int, prompt: int, *, urgent: bool, arrived_at: float) -> _Waiter:
+        return _Waiter(
+            key=(0 if urgent else 1, arrived_at, next(self._sequence)),
+            cost=cost,
+            prompt_tokens=prompt,
+            light=self.is_light(prompt),
+            arrived_at=arrived_at,
+        )
+
+    async def _wait_turn(self, waiter: _Waiter) -> None:
+        waiter.granted = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._light if waiter.light else self._heavy, waiter)
+        self._count_waiting(waiter, +1)
         self._dispatch()
         try:
             await waiter.granted
         except asyncio.CancelledError:
             if waiter.granted.done() and not waiter.granted.cancelled():
-                self._release(cost)  # granted just as we were cancelled: give the room back
+                self._release(waiter)  # granted just as we were cancelled: give the room back
             else:
                 self._forget(waiter)
                 self._dispatch()  # the head may have changed
             raise
 
-    def _fits(self, cost: int) -> bool:
+    def _count_waiting(self, waiter: _Waiter, change: int) -> None:
+        if waiter.light:
+            self._waiting_light += change
+        else:
+            self._waiting_heavy += change
+        ADMISSION_WAITING.set(self.waiting)
+
+    # -- the rules ---------------------------------------------------------------------------------
+
+    def _fits(self, waiter: _Waiter) -> bool:
+        """Rule 1: the bounds (a request larger than the token budget still runs, alone)."""
         if self.inflight_requests == 0:
-            return True  # a request larger than the token budget still runs, alone
-        return self.inflight_requests < self.max_requests and self.inflight_tokens + cost <= self.max_tokens
+            return True
+        return (
+            self.inflight_requests < self.limits.max_requests
+            and self.inflight_tokens + waiter.cost <= self.limits.max_tokens
+        )
+
+    def _prefill_room(self, waiter: _Waiter) -> bool:
+        """Rule 3: the engine's prefill queue stays short (an empty one takes any request)."""
+        return (
+            self.unprefilled_tokens == 0
+            or self.unprefilled_tokens + waiter.prompt_tokens <= self.limits.prefill_tokens
+        )
+
+    def wave_target(self) -> int:
+        """Rule 4: how many light requests the current wave may hold."""
+        if self.limits.wave_max_requests is not None:
+            return self.limits.wave_max_requests
+        wanted = self.light_inflight + self._waiting_light
+        cap = self.limits.max_requests
+        if wanted <= cap:
+            return wanted
+        # The fewest waves, the earlier ones a little fuller than an even split: with equal waves the
+        # median light request would finish between the first wave and the second.
+        waves = math.ceil(wanted / cap)
+        return min(cap, math.ceil(wanted * _FIRST_WAVES_SHARE / waves))
+
+    def _light_may_join(self) -> bool:
+        """Rule 4: a light request joins the wave while it forms, up to the wave's size; with no heavy
+        request waiting there is no wave to finish first, and it joins whenever there is room."""
+        forming = not self.protecting or self.light_prefilling > 0 or self._waiting_heavy == 0
+        return forming and self.light_inflight < self.wave_target()
+
+    def _aged(self, waiter: _Waiter) -> bool:
+        return self._clock() - waiter.arrived_at >= self.limits.aging_seconds
+
+    def _next(self) -> _Waiter | None:
+        """The request to admit now, if any (the heads of the two queues are already clean)."""
+        light = self._light[0] if self._light else None
+        heavy = self._heavy[0] if self._heavy else None
+        if heavy is not None and self._aged(heavy) and (light is None or heavy.key < light.key):
+            # Rule 5, an aged heavy request ahead of the light ones: it waits for room, never overtaken.
+            return heavy if self._fits(heavy) and self._prefill_room(heavy) else None
+        if light is not None:
+            # Rule 2: a light request that cannot go now holds the heavy ones back too (a wave is
+            # decoding, or the bounds are full and a heavy request would not fit either).
+            return (
+                light if self._fits(light) and self._prefill_room(light) and self._light_may_join() else None
+            )
+        if heavy is None or self.protecting:
+            return None  # rule 4: heavy prefill waits for the light wave to finish decoding
+        return heavy if self._fits(heavy) and self._prefill_room(heavy) else None
 
     def _forget(self, waiter: _Waiter) -> None:
-        """Stop counting ``waiter`` as waiting (it stays in the heap, marked gone, until it surfaces)."""
+        """Stop counting ``waiter`` as waiting (it stays in its heap, marked gone, until it surfaces)."""
         if not waiter.gone:
             waiter.gone = True
-            self._waiting_count -= 1
-            ADMISSION_WAITING.set(self._waiting_count)
+            self._count_waiting(waiter, -1)
 
     def _dispatch(self) -> None:
-        while self._waiting:
-            head = self._waiting[0]
-            # A waiter whose task was cancelled has a cancelled future at once, but runs its own
-            # clean-up only when its task next gets the loop. A release in between (another task's
-            # slot ending, e.g. while a drain cancels documents) must skip it, not grant it: setting
-            # a result on a cancelled future raises InvalidStateError in the releasing task.
-            if head.gone or head.granted.done():
-                heapq.heappop(self._waiting)
-                self._forget(head)
-                continue
-            if not self._fits(head.cost):
+        while True:
+            for queue in (self._light, self._heavy):
+                # A waiter whose task was cancelled has a cancelled future at once, but runs its own
+                # clean-up only when its task next gets the loop. A release in between (another task's
+                # slot ending, e.g. while a drain cancels documents) must skip it, not grant it:
+                # setting a result on a cancelled future raises InvalidStateError in the releasing task.
+                while queue and (queue[0].gone or (queue[0].granted is not None and queue[0].granted.done())):
+                    self._forget(heapq.heappop(queue))
+            chosen = self._next()
+            if chosen is None:
+                self._arm_aging_timer()
                 return
-            heapq.heappop(self._waiting)
-            self._forget(head)
-            self._take(head.cost)
-            head.granted.set_result(None)
+            heapq.heappop(self._light if chosen.light else self._heavy)
+            self._forget(chosen)
+            self._take(chosen)
+            assert chosen.granted is not None
+            chosen.granted.set_result(None)
 
-    def _take(self, cost: int) -> None:
+    def _arm_aging_timer(self) -> None:
+        """Wake the queue when the oldest waiting heavy request ages, should nothing else happen."""
+        if self._aging_timer is not None:
+            self._aging_timer.cancel()
+            self._aging_timer = None
+        if not self._heavy:
+            return
+        delay = self._heavy[0].arrived_at + self.limits.aging_seconds - self._clock()
+        if delay > 0:
+            loop = asyncio.get_running_loop()
+            self._aging_timer = loop.call_later(delay, self._dispatch)
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+
+    def _take(self, waiter: _Waiter) -> None:
+        waiter.admitted = True
         self.inflight_requests += 1
-        self.inflight_tokens += cost
+        self.inflight_tokens += waiter.cost
+        self.unprefilled_tokens += waiter.prompt_tokens
+        if waiter.light:
+            self.light_inflight += 1
+            self.light_prefilling += 1
         ENGINE_INFLIGHT_REQUESTS.set(self.inflight_requests)
         ENGINE_INFLIGHT_TOKENS.set(self.inflight_tokens)
 
-    def _release(self, cost: int) -> None:
+    def _prefill_done(self, waiter: _Waiter) -> None:
+        if not waiter.admitted or waiter.prefilled:
+            return
+        waiter.prefilled = True
+        self.unprefilled_tokens -= waiter.prompt_tokens
+        if waiter.light:
+            self.light_prefilling -= 1
+        if self.enabled:
+            self._dispatch()
+
+    def _release(self, waiter: _Waiter) -> None:
+        if not waiter.prefilled:
+            waiter.prefilled = True
+            self.unprefilled_tokens -= waiter.prompt_tokens
+            if waiter.light:
+                self.light_prefilling -= 1
+        waiter.admitted = False
         self.inflight_requests -= 1
-        self.inflight_tokens -= cost
+        self.inflight_tokens -= waiter.cost
+        if waiter.light:
+            self.light_inflight -= 1
         ENGINE_INFLIGHT_REQUESTS.set(self.inflight_requests)
         ENGINE_INFLIGHT_TOKENS.set(self.inflight_tokens)
         if self.enabled:
             self._dispatch()
 
 
+def admission_limits(
+    settings: AdmissionConfig, engine: EngineConfig, *, kv_cache_tokens: int | None
+) -> AdmissionLimits:
+    """The configured limits, with every unset one derived from the engine's own settings.
+
+    * tokens: what the KV cache holds (``kv_cache_tokens``, known once the engine runs; beyond that
+      requests would only queue inside vLLM, in its order instead of ours), at least
+      ``max_model_len``;
+    * requests: vLLM's batch size (``max_num_seqs``), so a light wave can fill it;
+    * light prompts: an eighth of an engine step (``max_num_batched_tokens``);
+    * prefill queue: :data:`_PREFILL_QUEUE_STEPS` engine steps, so vLLM always has a full step of
+      prefill ready;
+    * waves: a quarter of ``max_num_seqs`` light requests at least.
+    """
+    step = engine.max_num_batched_tokens
+    max_tokens = settings.max_inflight_tokens or max(kv_cache_tokens or 32 * step, engine.max_model_len)
+    return AdmissionLimits(
+        max_requests=settings.max_inflight_requests or engine.max_num_seqs,
+        max_tokens=max_tokens,
+        light_prompt_tokens=settings.light_prompt_tokens
+        if settings.light_prompt_tokens is not None
+        else step // 8,
+        prefill_tokens=settings.prefill_queue_tokens or _PREFILL_QUEUE_STEPS * step,
+        wave_min_requests=settings.wave_min_requests or max(1, engine.max_num_seqs // 4),
+        wave_max_requests=settings.wave_max_requests,
+        aging_seconds=settings.window_seconds,
+    )
+
+
 def admission_for_engine(
     settings: AdmissionConfig, engine: EngineConfig, *, kv_cache_tokens: int | None
 ) -> Admission:
-    """Admission with the configured bounds, or bounds derived from the running engine.
-
-    Tokens default to what the KV cache holds (``kv_cache_tokens``, known once the engine runs):
-    beyond that requests would only queue inside vLLM, in its order instead of ours. Requests default
-    to vLLM's batch size, at most :data:`MAX_DEFAULT_REQUESTS`.
-    """
-    max_tokens = settings.max_inflight_tokens or max(
-        kv_cache_tokens or 32 * engine.max_num_batched_tokens, engine.max_model_len
-    )
-    max_requests = settings.max_inflight_requests or min(engine.max_num_seqs, MAX_DEFAULT_REQUESTS)
-    admission = Admission(
-        max_requests=max_requests,
-        max_tokens=max_tokens,
-        window_seconds=settings.window_seconds,
-        full_length=engine.max_model_len,
-        enabled=settings.enabled,
-    )
+    """Admission with the configured limits, or limits derived from the running engine."""
+    limits = admission_limits(settings, engine, kv_cache_tokens=kv_cache_tokens)
+    admission = Admission(limits, enabled=settings.enabled)
     log.info(
         "admission",
         enabled=admission.enabled,
-        max_inflight_requests=admission.max_requests,
-        max_inflight_tokens=admission.max_tokens,
+        max_inflight_requests=limits.max_requests,
+        max_inflight_tokens=limits.max_tokens,
         kv_cache_tokens=kv_cache_tokens,
-        window_s=admission.window_seconds,
+        light_prompt_tokens=limits.light_prompt_tokens,
+        prefill_queue_tokens=limits.prefill_tokens,
+        wave_min_requests=limits.wave_min_requests,
+        wave_max_requests=limits.wave_max_requests,
+        aging_s=limits.aging_seconds,
     )
     return admission

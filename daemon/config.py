@@ -256,7 +256,10 @@ def shipped_profiles() -> Mapping[str, ProfileConfig]:
 
 
 class AdmissionConfig(_Section):
-    """What the engine is given at once, and in which order (see daemon/admission.py)."""
+    """What the engine is given at once, and in which order (see daemon/admission.py).
+
+    Every limit left unset is derived from the engine's settings, so nothing needs tuning per workload.
+    """
 
     enabled: bool = Field(
         default=True,
@@ -266,7 +269,7 @@ class AdmissionConfig(_Section):
     max_inflight_requests: int | None = Field(
         default=None,
         ge=1,
-        description="Requests in the engine at once; defaults to engine.max_num_seqs, at most 128.",
+        description="Requests in the engine at once; defaults to engine.max_num_seqs.",
     )
     max_inflight_tokens: int | None = Field(
         default=None,
@@ -274,11 +277,36 @@ class AdmissionConfig(_Section):
         description="Tokens (prompt plus output budget) in the engine at once; defaults to what the KV "
         "cache holds (32 x engine.max_num_batched_tokens if unknown), at least max_model_len.",
     )
+    light_prompt_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="Requests with prompts up to this many tokens are light: they go first and decode in "
+        "waves that heavy prefill does not slow; defaults to engine.max_num_batched_tokens / 8 "
+        "(0: no request is light).",
+    )
+    prefill_queue_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        description="Prompt tokens admitted but not yet prefilled by the engine, at most, when a "
+        "request is admitted (a request alone always fits); defaults to 4 x engine.max_num_batched_tokens.",
+    )
+    wave_min_requests: int | None = Field(
+        default=None,
+        ge=1,
+        description="Light requests in the engine from which heavy requests wait (unless aged) so the "
+        "light ones decode in light steps; defaults to engine.max_num_seqs / 4.",
+    )
+    wave_max_requests: int | None = Field(
+        default=None,
+        ge=1,
+        description="Light requests in one wave at most; by default the waiting ones are split into the "
+        "fewest waves max_inflight_requests allows, of equal size.",
+    )
     window_seconds: float = Field(
         default=30.0,
         ge=0.0,
-        description="Length-aware ordering window: a full-context request may be overtaken by shorter ones "
-        "for at most this long after its document arrived (0: arrival order within the bounds).",
+        description="Aging: a heavy request waits behind light ones, and their waves, at most this long "
+        "after its document arrived; then it goes ahead of light requests that arrived later.",
     )
 
 

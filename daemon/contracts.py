@@ -27,7 +27,7 @@ Every implementation has idempotent ``start()``/``stop()``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -143,6 +143,18 @@ class EngineClient(Protocol):
         """Shut the engine down; idempotent."""
         ...
 
-    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
-        """Run one request to completion (see the module's doc for its errors and cancellation)."""
+    async def generate(
+        self,
+        prompt_token_ids: list[int],
+        sampling: Sampling,
+        request_id: str,
+        *,
+        on_prefilled: Callable[[], None] | None = None,
+    ) -> Generation:
+        """Run one request to completion (see the module's doc for its errors and cancellation).
+
+        ``on_prefilled`` is called once when the engine has prefilled the prompt, if it can tell
+        (admission keeps the engine's prefill queue short with it); an engine that cannot may leave
+        it uncalled.
+        """
         ...

@@ -29,7 +29,7 @@ import logging
 import signal
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,6 +68,10 @@ def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
         "seed": config.seed,
         "trust_remote_code": config.trust_remote_code,
         "served_model_name": config.model_name,
+        # Requests stream DELTA outputs (see sampling_params); with an interval as long as any output,
+        # each request sends two: its first token, which tells admission that its prefill is done,
+        # and its end. Nothing per token.
+        "stream_interval": config.max_model_len,
     }
     if config.kv_cache_memory_bytes is not None:
         kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_bytes
@@ -119,8 +123,9 @@ def sampling_params(sampling: Sampling) -> SamplingParams:
     from vllm.sampling_params import RequestOutputKind
 
     return SamplingParams(
-        # Only the final output: no per-step output objects for text nobody reads as it streams.
-        output_kind=RequestOutputKind.FINAL_ONLY,
+        # Deltas, thinned to the first token and the end by the engine's stream_interval (see
+        # engine_kwargs): the first output marks the end of the prefill, for admission.
+        output_kind=RequestOutputKind.DELTA,
         max_tokens=sampling.max_tokens,
         temperature=sampling.temperature,
         top_p=sampling.top_p,
@@ -229,27 +234,43 @@ class Engine(Lifecycle):
         gc.collect()
         log.info("engine stopped")
 
-    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
-        """Run one request to completion. On cancellation the vLLM request is aborted, then re-raised."""
+    async def generate(
+        self,
+        prompt_token_ids: list[int],
+        sampling: Sampling,
+        request_id: str,
+        *,
+        on_prefilled: Callable[[], None] | None = None,
+    ) -> Generation:
+        """Run one request to completion. On cancellation the vLLM request is aborted, then re-raised.
+
+        ``on_prefilled`` is called once, when the engine has prefilled the prompt (its first output).
+        """
         params = self._params.get(sampling)
         if params is None:
             params = self._params[sampling] = sampling_params(sampling)
-        return await self._generate(prompt_token_ids, params, request_id)
+        return await self._generate(prompt_token_ids, params, request_id, on_prefilled)
 
     async def _generate(
-        self, prompt_token_ids: list[int], params: SamplingParams, request_id: str
+        self,
+        prompt_token_ids: list[int],
+        params: SamplingParams,
+        request_id: str,
+        on_prefilled: Callable[[], None] | None = None,
     ) -> Generation:
         llm = self._require_running()
         from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
         from vllm.v1.engine.exceptions import EngineDeadError as VllmEngineDeadError
 
         started = time.monotonic()
-        final = None
+        output = _Output(delta=params.output_kind == RequestOutputKind.DELTA)
         try:
-            async for output in llm.generate(
+            async for step in llm.generate(
                 TokensPrompt(prompt_token_ids=prompt_token_ids), params, request_id
             ):
-                final = output
+                if output.add(step) and on_prefilled is not None:
+                    on_prefilled()
         except asyncio.CancelledError:
             await _abort(llm, request_id)
             raise
@@ -259,15 +280,16 @@ class Engine(Lifecycle):
             if llm.errored:
                 raise EngineDeadError(f"vLLM engine died: {exc}") from exc
             raise RequestError(f"{type(exc).__name__}: {exc}") from exc
+        final = output.last
         if final is None or not final.finished:
             raise RequestError("the engine ended the request without a final output")
         completion = final.outputs[0]
         # vLLM's own request stats carry the time to first token (absent when stats are off).
         first_token = getattr(getattr(final, "metrics", None), "first_token_latency", None)
         return Generation(
-            text=completion.text,
+            text=output.text,
             prompt_tokens=len(final.prompt_token_ids or prompt_token_ids),
-            output_tokens=len(completion.token_ids),
+            output_tokens=output.tokens,
             cached_prompt_tokens=int(final.num_cached_tokens or 0),
             finish_reason=completion.finish_reason,
             first_token_s=float(first_token)
@@ -275,6 +297,12 @@ class Engine(Lifecycle):
             else None,
             total_s=time.monotonic() - started,
         )
+
+    async def reset_prefix_cache(self) -> None:
+        """Empty vLLM's prefix cache (between benchmark passes over the same documents)."""
+        llm = self._require_running()
+        if not await llm.reset_prefix_cache():
+            log.warning("the prefix cache was not reset (requests still running)")
 
     async def check_health(self) -> None:
         """Raise :class:`EngineDeadError` if the engine is not running."""
@@ -356,6 +384,36 @@ def _deliberate_shutdown_logged_as_info() -> Iterator[None]:
         yield
     finally:
         vllm_logger.removeFilter(quiet)
+
+
+class _Output:
+    """One request's output, put together from vLLM's outputs: DELTA outputs bring text and tokens in
+    pieces; any other kind brings everything so far each time."""
+
+    __slots__ = ("delta", "last", "parts", "tokens")
+
+    def __init__(self, *, delta: bool) -> None:
+        self.delta = delta
+        self.parts: list[str] = []
+        self.tokens = 0
+        self.last: Any = None
+
+    def add(self, step: Any) -> bool:
+        """Take one output; True for the request's first one (its prefill is done)."""
+        first = self.last is None
+        completion = step.outputs[0]
+        if not self.delta:
+            self.parts.clear()
+            self.tokens = 0
+        self.parts.append(completion.text)
+        self.tokens += len(completion.token_ids)
+        self.last = step
+        return first
+
+    @property
+    def text(self) -> str:
+        """The whole output text so far."""
+        return "".join(self.parts)
 
 
 async def _abort(llm: Any, request_id: str) -> None:

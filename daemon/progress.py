@@ -98,10 +98,19 @@ class _WatchedEngine:
         """Stop the wrapped engine."""
         await self._engine.stop()
 
-    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
+    async def generate(
+        self,
+        prompt_token_ids: list[int],
+        sampling: Sampling,
+        request_id: str,
+        *,
+        on_prefilled: Callable[[], None] | None = None,
+    ) -> Generation:
         """The wrapped engine's answer; a completed or refused request is progress."""
         try:
-            generation = await self._engine.generate(prompt_token_ids, sampling, request_id)
+            generation = await self._engine.generate(
+                prompt_token_ids, sampling, request_id, on_prefilled=on_prefilled
+            )
         except RequestError:
             self._watch.progressed()
             raise

@@ -88,13 +88,19 @@ class _DocumentRun:
         async with (
             self._fan_out,
             summarizer.admission.slot(
-                len(prompt_ids) + max_tokens, urgent=urgent, arrived_at=self._arrived_at
-            ),
+                len(prompt_ids) + max_tokens,
+                urgent=urgent,
+                arrived_at=self._arrived_at,
+                prompt_tokens=len(prompt_ids),
+            ) as slot,
         ):
             ENGINE_REQUESTS.labels(kind=kind.value).inc()
             try:
                 generation = await summarizer.engine.generate(
-                    prompt_ids, profile.sampling(max_tokens), engine_request_id
+                    prompt_ids,
+                    profile.sampling(max_tokens),
+                    engine_request_id,
+                    on_prefilled=slot.prefill_done,
                 )
             except RequestError as exc:
                 raise DocumentError("engine_error", f"the engine failed on this document: {exc}") from exc

@@ -108,8 +108,17 @@ class FakeEngine:
         """The calls of one kind, in request-number order."""
         return sorted((call for call in self.calls if call.kind == kind), key=lambda call: call.number)
 
-    async def generate(self, prompt_token_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
+    async def generate(
+        self,
+        prompt_token_ids: list[int],
+        sampling: Sampling,
+        request_id: str,
+        *,
+        on_prefilled: Callable[[], None] | None = None,
+    ) -> Generation:
         """Record the call, take its time, then answer (or raise what the test set up)."""
+        if on_prefilled is not None:
+            on_prefilled()  # no prefill to speak of: the engine's queue never holds it back
         call = Call(request_id, list(prompt_token_ids), sampling.max_tokens, sampling)
         self.calls.append(call)
         self.active += 1

@@ -1,8 +1,9 @@
-"""Unit tests for daemon.admission.Admission: bounds, ordering, head-of-line waiting, cancellation.
+"""Unit tests for daemon.admission.Admission: bounds, order, prefill queue, light waves, aging, cancellation.
 
-No engine and no fakes: requests are plain tasks holding ``Admission.slot`` until the test releases them.
-Everything is driven by events and ``asyncio.sleep(0)`` steps, never by wall-clock timing; arrival times
-are passed explicitly, so the order does not depend on how fast the machine is.
+No engine and no fakes: requests are plain tasks holding ``Admission.slot`` until the test releases them,
+and the test says when a request's prefill is done. Everything is driven by events and
+``asyncio.sleep(0)`` steps, never by wall-clock timing; arrival times are passed explicitly and the
+clock is the test's own, so the order does not depend on how fast the machine is.
 """
 
 from __future__ import annotations
@@ -12,22 +13,39 @@ from typing import Any
 
 import pytest
 
-from daemon.admission import Admission
+from daemon.admission import Admission, AdmissionLimits, SlotHandle, admission_limits
+from daemon.config import AdmissionConfig, EngineConfig
 
-WINDOW = 10.0
-FULL = 1000
+LIGHT = 100  # prompt tokens of a light request (light_prompt_tokens below)
+HEAVY = 1000
+AGING = 10.0
 WAIT = 5.0  # bound on anything that should happen at once: a broken admission fails instead of hanging
 
 
+class Clock:
+    """The admission's clock, moved by the test."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 def make_admission(
-    *, max_requests: int = 100, max_tokens: int = 1_000_000, enabled: bool = True
+    *,
+    max_requests: int = 100,
+    max_tokens: int = 1_000_000,
+    enabled: bool = True,
+    clock: Clock | None = None,
+    **limits: Any,
 ) -> Admission:
+    """Light prompts up to LIGHT tokens; no prefill queue bound and no waves unless a test sets them."""
+    settings: dict[str, Any] = {"light_prompt_tokens": LIGHT, "aging_seconds": AGING} | limits
     return Admission(
-        max_requests=max_requests,
-        max_tokens=max_tokens,
-        window_seconds=WINDOW,
-        full_length=FULL,
+        AdmissionLimits(max_requests=max_requests, max_tokens=max_tokens, **settings),
         enabled=enabled,
+        clock=clock or Clock(),
     )
 
 
@@ -52,6 +70,7 @@ class Request:
     ) -> None:
         self.name = name
         self.admitted = asyncio.Event()
+        self.handle: SlotHandle | None = None
         self._release = asyncio.Event()
         if not hold:
             self._release.set()
@@ -59,15 +78,29 @@ class Request:
         self.task = asyncio.create_task(self._run(admission, cost, slot_kwargs), name=name)
 
     async def _run(self, admission: Admission, cost: int, slot_kwargs: dict[str, Any]) -> None:
-        async with admission.slot(cost, **slot_kwargs):
+        async with admission.slot(cost, **slot_kwargs) as handle:
+            self.handle = handle
             self._log.append(self.name)
             self.admitted.set()
             await self._release.wait()
+
+    def prefilled(self) -> None:
+        """The engine has prefilled this request's prompt."""
+        assert self.handle is not None, f"{self.name} was not admitted"
+        self.handle.prefill_done()
 
     async def release(self) -> None:
         """Let the request finish and wait until it has given its slot back."""
         self._release.set()
         await asyncio.wait_for(self.task, WAIT)
+
+
+def light(admission: Admission, name: str, log: list[str], **kwargs: Any) -> Request:
+    return Request(admission, name, LIGHT + 50, log, prompt_tokens=LIGHT, **kwargs)
+
+
+def heavy(admission: Admission, name: str, log: list[str], **kwargs: Any) -> Request:
+    return Request(admission, name, HEAVY + 50, log, prompt_tokens=HEAVY, **kwargs)
 
 
 async def run_in_order(admission: Admission, requests: list[tuple[str, int, dict[str, Any]]]) -> list[str]:
@@ -82,8 +115,20 @@ async def run_in_order(admission: Admission, requests: list[tuple[str, int, dict
     assert log == ["blocker"]
     await blocker.release()
     await asyncio.wait_for(asyncio.gather(*(request.task for request in waiting)), WAIT)
-    assert (admission.waiting, admission.inflight_requests, admission.inflight_tokens) == (0, 0, 0)
+    assert_empty(admission)
     return log[1:]
+
+
+def assert_empty(admission: Admission) -> None:
+    counters = (
+        admission.waiting,
+        admission.inflight_requests,
+        admission.inflight_tokens,
+        admission.unprefilled_tokens,
+        admission.light_inflight,
+        admission.light_prefilling,
+    )
+    assert counters == (0, 0, 0, 0, 0, 0)
 
 
 # -- bounds ----------------------------------------------------------------------------------------
@@ -102,7 +147,7 @@ async def test_request_count_is_bounded() -> None:
     assert (admission.inflight_requests, admission.waiting) == (2, 0)
     await second.release()
     await third.release()
-    assert (admission.inflight_requests, admission.inflight_tokens) == (0, 0)
+    assert_empty(admission)
 
 
 async def test_tokens_are_bounded_and_the_budget_can_be_filled_exactly() -> None:
@@ -119,7 +164,7 @@ async def test_tokens_are_bounded_and_the_budget_can_be_filled_exactly() -> None
     assert admission.inflight_tokens == 601
     await first.release()
     await third.release()
-    assert (admission.inflight_requests, admission.inflight_tokens, admission.waiting) == (0, 0, 0)
+    assert_empty(admission)
 
 
 async def test_request_larger_than_the_token_budget_runs_alone() -> None:
@@ -136,68 +181,95 @@ async def test_request_larger_than_the_token_budget_runs_alone() -> None:
     await huge.release()
     await asyncio.wait_for(small.admitted.wait(), WAIT)
     await small.release()
-    assert (admission.inflight_requests, admission.inflight_tokens) == (0, 0)
+    assert_empty(admission)
 
 
 def test_limits_must_be_positive() -> None:
-    for kwargs in ({"max_requests": 0}, {"max_tokens": 0}, {"full_length": 0}):
-        settings: dict[str, Any] = {
-            "max_requests": 1,
-            "max_tokens": 1,
-            "window_seconds": 1.0,
-            "full_length": 1,
-        } | kwargs
+    for kwargs in (
+        {"max_requests": 0},
+        {"max_tokens": 0},
+        {"prefill_tokens": 0},
+        {"wave_min_requests": 0},
+        {"wave_max_requests": 0},
+        {"light_prompt_tokens": -1},
+    ):
+        settings: dict[str, Any] = {"max_requests": 1, "max_tokens": 1} | kwargs
         with pytest.raises(ValueError, match="positive"):
-            Admission(**settings)
+            AdmissionLimits(**settings)
 
 
-# -- ordering --------------------------------------------------------------------------------------
+def test_limits_are_derived_from_the_engine() -> None:
+    engine = EngineConfig(model="m", max_model_len=16384, max_num_seqs=256, max_num_batched_tokens=16384)
+    limits = admission_limits(AdmissionConfig(), engine, kv_cache_tokens=1_900_000)
+    assert limits == AdmissionLimits(
+        max_requests=256,
+        max_tokens=1_900_000,
+        light_prompt_tokens=2048,
+        prefill_tokens=65536,
+        wave_min_requests=64,
+        wave_max_requests=None,
+        aging_seconds=30.0,
+    )
+    configured = AdmissionConfig(
+        max_inflight_requests=8,
+        max_inflight_tokens=4096,
+        light_prompt_tokens=0,
+        prefill_queue_tokens=1000,
+        wave_min_requests=3,
+        wave_max_requests=5,
+        window_seconds=2.0,
+    )
+    assert admission_limits(configured, engine, kv_cache_tokens=None) == AdmissionLimits(
+        max_requests=8,
+        max_tokens=4096,
+        light_prompt_tokens=0,
+        prefill_tokens=1000,
+        wave_min_requests=3,
+        wave_max_requests=5,
+        aging_seconds=2.0,
+    )
+    unknown_cache = admission_limits(AdmissionConfig(), engine, kv_cache_tokens=None)
+    assert unknown_cache.max_tokens == 32 * 16384
 
 
-async def test_short_request_overtakes_long_one_that_arrived_at_the_same_time() -> None:
+# -- order -----------------------------------------------------------------------------------------
+
+
+async def test_light_requests_overtake_heavy_ones_that_arrived_earlier() -> None:
     order = await run_in_order(
         make_admission(max_requests=1),
         [
-            ("long", FULL, {"arrived_at": 100.0}),
-            ("medium", FULL // 2, {"arrived_at": 100.0}),
-            ("short", FULL // 10, {"arrived_at": 100.0}),
+            ("heavy", HEAVY, {"arrived_at": 100.0}),
+            ("light-late", LIGHT, {"arrived_at": 105.0}),
+            ("light", LIGHT, {"arrived_at": 101.0}),
         ],
     )
-    assert order == ["short", "medium", "long"]
+    assert order == ["light", "light-late", "heavy"]
 
 
-async def test_short_request_arriving_within_the_window_still_overtakes() -> None:
-    # long: virtual arrival 100 + 10 = 110; short: 108 + 1 = 109.
-    order = await run_in_order(
-        make_admission(max_requests=1),
-        [("long", FULL, {"arrived_at": 100.0}), ("short", FULL // 10, {"arrived_at": 108.0})],
-    )
-    assert order == ["short", "long"]
-
-
-async def test_long_request_older_than_the_window_goes_before_later_short_ones() -> None:
-    # long: 100 + 10 = 110; the short ones arrived after 110: 110.5 + 0 and 111 + 0.01.
+async def test_heavy_requests_go_in_arrival_order_whatever_their_size() -> None:
     order = await run_in_order(
         make_admission(max_requests=1),
         [
-            ("long", 3 * FULL, {"arrived_at": 100.0}),  # longer than full_length: the delay is capped
-            ("tiny", 0, {"arrived_at": 110.5}),
-            ("short", 1, {"arrived_at": 111.0}),
+            ("huge", 20 * HEAVY, {"arrived_at": 1.0}),
+            ("medium", 2 * LIGHT, {"arrived_at": 2.0}),
+            ("big", 5 * HEAVY, {"arrived_at": 3.0}),
         ],
     )
-    assert order == ["long", "tiny", "short"]
+    assert order == ["huge", "medium", "big"]
 
 
-async def test_urgent_requests_go_first_whatever_their_size_and_arrival() -> None:
+async def test_urgent_requests_go_first_within_their_class() -> None:
     order = await run_in_order(
         make_admission(max_requests=1),
         [
-            ("early-short", 1, {"arrived_at": 0.0}),
-            ("late-long-urgent", FULL, {"arrived_at": 500.0, "urgent": True}),
-            ("early-urgent", FULL, {"arrived_at": 400.0, "urgent": True}),
+            ("early-heavy", HEAVY, {"arrived_at": 0.0}),
+            ("late-heavy-urgent", HEAVY, {"arrived_at": 500.0, "urgent": True}),
+            ("early-light", LIGHT, {"arrived_at": 0.0}),
+            ("late-light-urgent", LIGHT, {"arrived_at": 400.0, "urgent": True}),
         ],
     )
-    assert order == ["early-urgent", "late-long-urgent", "early-short"]
+    assert order == ["late-light-urgent", "early-light", "late-heavy-urgent", "early-heavy"]
 
 
 async def test_equal_keys_are_served_in_submission_order() -> None:
@@ -208,16 +280,25 @@ async def test_equal_keys_are_served_in_submission_order() -> None:
     assert order == names
 
 
-def test_priority_key_is_arrival_plus_a_delay_proportional_to_length() -> None:
-    admission = make_admission()
-    assert admission.priority_key(0, urgent=False, arrived_at=5.0)[:2] == (1, 5.0)
-    assert admission.priority_key(FULL // 4, urgent=False, arrived_at=5.0)[:2] == (1, 5.0 + WINDOW / 4)
-    assert admission.priority_key(FULL, urgent=True, arrived_at=5.0)[:2] == (0, 5.0 + WINDOW)
-    assert admission.priority_key(10 * FULL, urgent=False, arrived_at=5.0)[:2] == (1, 5.0 + WINDOW)
+async def test_heavy_request_that_aged_goes_before_later_light_ones() -> None:
+    clock = Clock()
+    admission = make_admission(max_requests=1, clock=clock)
+    log: list[str] = []
+    blocker = Request(admission, "blocker", 1, log)
+    await settle()
+    old = heavy(admission, "old-heavy", log, arrived_at=0.0, hold=False)
+    early = light(admission, "early-light", log, arrived_at=-1.0, hold=False)  # arrived before it
+    late = light(admission, "late-light", log, arrived_at=5.0, hold=False)
+    await settle()
+    clock.now = AGING  # the heavy request has waited its AGING seconds
+    await blocker.release()
+    await asyncio.wait_for(asyncio.gather(old.task, early.task, late.task), WAIT)
+    assert log == ["blocker", "early-light", "old-heavy", "late-light"]
+    assert_empty(admission)
 
 
 async def test_head_of_line_waits_for_room_and_is_not_overtaken_by_a_smaller_request() -> None:
-    admission = make_admission(max_tokens=1000)
+    admission = make_admission(max_tokens=1000, light_prompt_tokens=0)
     log: list[str] = []
     running = Request(admission, "running", 600, log)
     await settle()
@@ -233,7 +314,210 @@ async def test_head_of_line_waits_for_room_and_is_not_overtaken_by_a_smaller_req
     assert admission.inflight_tokens == 700
     await big.release()
     await small.release()
-    assert (admission.waiting, admission.inflight_requests, admission.inflight_tokens) == (0, 0, 0)
+    assert_empty(admission)
+
+
+# -- the prefill queue -----------------------------------------------------------------------------
+
+
+async def test_heavy_requests_wait_for_the_engine_to_prefill_what_it_holds() -> None:
+    admission = make_admission(prefill_tokens=2 * HEAVY)
+    log: list[str] = []
+    first, second, third = (heavy(admission, name, log, arrived_at=float(n)) for n, name in enumerate("abc"))
+    await settle()
+    assert log == ["a", "b"]  # two prompts fill the prefill queue; the third waits
+    assert (admission.unprefilled_tokens, admission.waiting) == (2 * HEAVY, 1)
+    first.prefilled()
+    await asyncio.wait_for(third.admitted.wait(), WAIT)
+    assert log == ["a", "b", "c"]
+    assert admission.inflight_requests == 3  # a still decodes: only its prefill left the queue
+    first.prefilled()  # idempotent
+    assert admission.unprefilled_tokens == 2 * HEAVY
+    for request in (first, second, third):
+        await request.release()  # released without a prefill report: its tokens leave the queue too
+    assert_empty(admission)
+
+
+async def test_a_prompt_larger_than_the_prefill_queue_runs_when_the_queue_is_empty() -> None:
+    admission = make_admission(prefill_tokens=HEAVY // 2)
+    log: list[str] = []
+    first = heavy(admission, "a", log, arrived_at=0.0)
+    second = heavy(admission, "b", log, arrived_at=1.0)
+    await settle()
+    assert log == ["a"]
+    first.prefilled()
+    await asyncio.wait_for(second.admitted.wait(), WAIT)
+    await first.release()
+    await second.release()
+    assert_empty(admission)
+
+
+# -- light waves -----------------------------------------------------------------------------------
+
+
+async def test_heavy_work_waits_while_a_light_wave_decodes_and_resumes_when_it_is_done() -> None:
+    admission = make_admission(wave_min_requests=2)
+    log: list[str] = []
+    wave = [light(admission, f"light{n}", log, arrived_at=float(n)) for n in range(3)]
+    await settle()
+    queued_heavy = heavy(admission, "heavy", log, arrived_at=0.5)
+    await settle()
+    assert log == ["light0", "light1", "light2"]
+    assert admission.protecting
+    for request in wave:
+        request.prefilled()
+    await settle()
+    assert log == ["light0", "light1", "light2"]  # the wave decodes: no heavy prefill beside it
+    await wave[0].release()
+    await wave[1].release()
+    await asyncio.wait_for(queued_heavy.admitted.wait(), WAIT)  # one light left: below wave_min
+    assert admission.light_inflight == 1
+    await wave[2].release()
+    await queued_heavy.release()
+    assert_empty(admission)
+
+
+async def test_light_requests_join_a_forming_wave_but_wait_for_the_next_once_it_decodes() -> None:
+    admission = make_admission(wave_min_requests=2)
+    log: list[str] = []
+    first, second = light(admission, "a", log, arrived_at=0.0), light(admission, "b", log, arrived_at=1.0)
+    await settle()
+    queued_heavy = heavy(admission, "heavy", log, arrived_at=0.5)  # heavy work waits for the wave
+    first.prefilled()  # b still prefills: the wave is forming
+    joiner = light(admission, "joins", log, arrived_at=2.0)
+    await asyncio.wait_for(joiner.admitted.wait(), WAIT)
+    second.prefilled()
+    joiner.prefilled()  # now every light request in the engine decodes
+    late = light(admission, "late", log, arrived_at=3.0)
+    await settle()
+    assert log == ["a", "b", "joins"]
+    await first.release()
+    await settle()
+    assert log == ["a", "b", "joins"]  # two light requests still decode: still a wave
+    await second.release()  # one left, below wave_min: the wave is over, the next one starts
+    await asyncio.wait_for(late.admitted.wait(), WAIT)
+    assert log == ["a", "b", "joins", "late"]  # light first: the heavy request waits for late's wave
+    await joiner.release()
+    late.prefilled()
+    await late.release()
+    await asyncio.wait_for(queued_heavy.admitted.wait(), WAIT)
+    await queued_heavy.release()
+    assert_empty(admission)
+
+
+async def test_with_no_heavy_work_waiting_light_requests_join_a_decoding_wave() -> None:
+    admission = make_admission(wave_min_requests=2)
+    log: list[str] = []
+    wave = [light(admission, f"l{n}", log, arrived_at=float(n)) for n in range(2)]
+    await settle()
+    for request in wave:
+        request.prefilled()
+    late = light(admission, "late", log, arrived_at=5.0)
+    await asyncio.wait_for(late.admitted.wait(), WAIT)  # plain continuous batching
+    for request in (*wave, late):
+        await request.release()
+    assert_empty(admission)
+
+
+async def test_few_light_requests_run_beside_heavy_work() -> None:
+    admission = make_admission(wave_min_requests=3)
+    log: list[str] = []
+    lights = [light(admission, f"light{n}", log, arrived_at=float(n)) for n in range(2)]
+    heavy_request = heavy(admission, "heavy", log, arrived_at=0.5)
+    await settle()
+    assert log == ["light0", "light1", "heavy"]  # two light requests are no wave
+    for request in (*lights, heavy_request):
+        await request.release()
+    assert_empty(admission)
+
+
+async def test_waves_are_split_evenly_with_the_first_a_little_fuller() -> None:
+    admission = make_admission(max_requests=10, wave_min_requests=2)
+    log: list[str] = []
+    blocker = heavy(admission, "blocker", log)
+    await settle()
+    lights = [light(admission, f"l{n}", log, arrived_at=float(n)) for n in range(14)]
+    await settle()
+    assert admission.wave_target() == 9  # 14 light requests, 10 at a time: 2 waves, ceil(14 * 1.25 / 2)
+    await blocker.release()
+    await settle()
+    assert log[1:] == [f"l{n}" for n in range(9)]
+    first_wave, second_wave = lights[:9], lights[9:]
+    waiting_heavy = heavy(admission, "heavy", log, arrived_at=0.5)
+    for request in first_wave:
+        request.prefilled()
+    await settle()
+    assert len(log) == 10  # the wave decodes; with heavy work waiting, the rest wait for the next
+    for request in first_wave:
+        await request.release()
+    await asyncio.wait_for(asyncio.gather(*(request.admitted.wait() for request in second_wave)), WAIT)
+    assert admission.wave_target() == 5
+    for request in second_wave:
+        await request.release()
+    await asyncio.wait_for(waiting_heavy.admitted.wait(), WAIT)
+    await waiting_heavy.release()
+    assert_empty(admission)
+
+
+async def test_wave_max_requests_caps_a_wave() -> None:
+    admission = make_admission(wave_min_requests=2, wave_max_requests=3)
+    log: list[str] = []
+    lights = [light(admission, f"l{n}", log, arrived_at=float(n)) for n in range(5)]
+    await settle()
+    assert log == ["l0", "l1", "l2"]
+    for request in lights[:3]:
+        request.prefilled()
+        await request.release()
+    await asyncio.wait_for(asyncio.gather(lights[3].admitted.wait(), lights[4].admitted.wait()), WAIT)
+    for request in lights[3:]:
+        await request.release()
+    assert_empty(admission)
+
+
+async def test_a_wave_stays_within_the_bounds() -> None:
+    admission = make_admission(max_requests=3, max_tokens=1_000_000, wave_min_requests=2)
+    log: list[str] = []
+    lights = [light(admission, f"l{n}", log, arrived_at=float(n)) for n in range(5)]
+    await settle()
+    assert log == ["l0", "l1", "l2"]
+    assert admission.inflight_requests == 3
+    for request in lights[:3]:
+        await request.release()
+    for request in lights[3:]:
+        await asyncio.wait_for(request.admitted.wait(), WAIT)
+        await request.release()
+    assert_empty(admission)
+
+
+async def test_an_aged_heavy_request_enters_beside_a_decoding_wave_without_any_other_event() -> None:
+    clock = Clock()
+    admission = make_admission(wave_min_requests=2, aging_seconds=0.05, clock=clock)
+    log: list[str] = []
+    wave = [light(admission, f"light{n}", log, arrived_at=0.0) for n in range(2)]
+    await settle()
+    for request in wave:
+        request.prefilled()
+    starving = heavy(admission, "heavy", log, arrived_at=0.0)
+    await settle()
+    assert log == ["light0", "light1"]
+    clock.now = 1.0  # time passes; nothing else happens: the aging timer wakes the queue
+    await asyncio.wait_for(starving.admitted.wait(), WAIT)
+    for request in (*wave, starving):
+        await request.release()
+    assert_empty(admission)
+
+
+async def test_light_requests_also_respect_the_prefill_queue() -> None:
+    admission = make_admission(prefill_tokens=2 * LIGHT)
+    log: list[str] = []
+    lights = [light(admission, f"l{n}", log, arrived_at=float(n)) for n in range(3)]
+    await settle()
+    assert log == ["l0", "l1"]
+    lights[0].prefilled()
+    await asyncio.wait_for(lights[2].admitted.wait(), WAIT)
+    for request in lights:
+        await request.release()
+    assert_empty(admission)
 
 
 # -- cancellation ----------------------------------------------------------------------------------
@@ -256,15 +540,15 @@ async def test_cancelled_waiter_leaves_the_queue_clean() -> None:
     await asyncio.wait_for(other.admitted.wait(), WAIT)
     await other.release()
     assert log == ["blocker", "other"]
-    assert (admission.waiting, admission.inflight_requests, admission.inflight_tokens) == (0, 0, 0)
+    assert_empty(admission)
     # The queue still works afterwards.
     last = Request(admission, "last", 10, log, hold=False)
     await asyncio.wait_for(last.task, WAIT)
-    assert (admission.waiting, admission.inflight_requests, admission.inflight_tokens) == (0, 0, 0)
+    assert_empty(admission)
 
 
 async def test_cancelling_the_blocked_head_lets_the_next_waiter_in() -> None:
-    admission = make_admission(max_tokens=1000)
+    admission = make_admission(max_tokens=1000, light_prompt_tokens=0)
     log: list[str] = []
     running = Request(admission, "running", 600, log)
     await settle()
@@ -280,7 +564,7 @@ async def test_cancelling_the_blocked_head_lets_the_next_waiter_in() -> None:
     await running.release()
     await small.release()
     assert log == ["running", "small"]
-    assert (admission.waiting, admission.inflight_requests, admission.inflight_tokens) == (0, 0, 0)
+    assert_empty(admission)
 
 
 async def test_cancellation_right_after_the_grant_gives_the_slot_back() -> None:
@@ -305,7 +589,7 @@ async def test_cancellation_right_after_the_grant_gives_the_slot_back() -> None:
     assert log == ["next"]
     assert (admission.inflight_requests, admission.inflight_tokens, admission.waiting) == (1, 30, 0)
     await next_in_line.release()
-    assert (admission.inflight_requests, admission.inflight_tokens, admission.waiting) == (0, 0, 0)
+    assert_empty(admission)
 
 
 async def test_release_while_the_head_is_being_cancelled_skips_it() -> None:
@@ -368,19 +652,20 @@ async def test_exception_in_the_body_releases_the_slot() -> None:
     with pytest.raises(RuntimeError, match="boom"):
         await failing_request()
     assert seen == [(1, 50)]
-    assert (admission.inflight_requests, admission.inflight_tokens) == (0, 0)
+    assert_empty(admission)
 
 
 # -- disabled --------------------------------------------------------------------------------------
 
 
 async def test_disabled_admits_everything_at_once_and_still_counts() -> None:
-    admission = make_admission(max_requests=1, max_tokens=10, enabled=False)
+    admission = make_admission(max_requests=1, max_tokens=10, enabled=False, wave_min_requests=1)
     log: list[str] = []
     requests = [Request(admission, f"r{number}", 100, log, arrived_at=float(-number)) for number in range(5)]
     await settle()
     assert log == [f"r{number}" for number in range(5)]  # no bound, no reordering
     assert (admission.inflight_requests, admission.inflight_tokens, admission.waiting) == (5, 500, 0)
     for request in requests:
+        request.prefilled()
         await request.release()
-    assert (admission.inflight_requests, admission.inflight_tokens, admission.waiting) == (0, 0, 0)
+    assert_empty(admission)

@@ -20,7 +20,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.admission import Admission
+from daemon.admission import Admission, AdmissionLimits
 from daemon.config import Config, EngineConfig, FolderSourceConfig, SummaryConfig
 from daemon.names import MAX_NAME_BYTES, record_stem
 from daemon.pipeline import OK, DocumentPipeline
@@ -63,7 +63,7 @@ def bad_for(index: int) -> bytes:
 
 
 def make_pipeline(tokenizer: Any) -> DocumentPipeline:
-    admission = Admission(max_requests=8, max_tokens=10**6, window_seconds=0.0, full_length=1024)
+    admission = Admission(AdmissionLimits(max_requests=8, max_tokens=10**6))
     engine = FakeEngine()
     engine.delay = 0.0
     config = Config(

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from daemon.admission import Admission
+from daemon.admission import Admission, AdmissionLimits
 from daemon.config import Config, EngineConfig, ProfileConfig, SummaryConfig
 from daemon.errors import DocumentError, EngineDeadError, RequestError, SinkError
 from daemon.metrics import PROFILE_DOCUMENTS
@@ -72,7 +72,7 @@ def finished() -> list[tuple[str, str]]:
 
 @pytest.fixture
 def pipeline(engine: FakeEngine, tokenizer: Any, finished: list[tuple[str, str]]) -> DocumentPipeline:
-    admission = Admission(max_requests=8, max_tokens=10**6, window_seconds=0.0, full_length=1024)
+    admission = Admission(AdmissionLimits(max_requests=8, max_tokens=10**6))
     config = Config(
         engine=EngineConfig(model="unused", max_model_len=1024),
         summary=SummaryConfig(max_summary_tokens=16),

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from daemon.admission import Admission
+from daemon.admission import Admission, AdmissionLimits, SlotHandle
 from daemon.chunking import split_into_chunks, tokenize_text
 from daemon.config import Config, EngineConfig, ProfileConfig, Style, SummaryConfig
 from daemon.documents import Document, sha256_hex
@@ -48,21 +48,28 @@ def replying_engine(
 class RecordingAdmission(Admission):
     """The real admission, remembering the cost and urgency of every slot asked for."""
 
-    def __init__(self, **kwargs: Any) -> None:
-        super().__init__(**kwargs)
+    def __init__(self, limits: AdmissionLimits) -> None:
+        super().__init__(limits)
         self.asked: list[tuple[int, bool]] = []
 
     @contextlib.asynccontextmanager
     async def slot(
-        self, cost: int, *, urgent: bool = False, arrived_at: float | None = None
-    ) -> AsyncIterator[None]:
+        self,
+        cost: int,
+        *,
+        urgent: bool = False,
+        arrived_at: float | None = None,
+        prompt_tokens: int | None = None,
+    ) -> AsyncIterator[SlotHandle]:
         self.asked.append((cost, urgent))
-        async with super().slot(cost, urgent=urgent, arrived_at=arrived_at):
-            yield
+        async with super().slot(
+            cost, urgent=urgent, arrived_at=arrived_at, prompt_tokens=prompt_tokens
+        ) as handle:
+            yield handle
 
 
 def make_admission() -> RecordingAdmission:
-    return RecordingAdmission(max_requests=1000, max_tokens=10**9, window_seconds=10.0, full_length=1000)
+    return RecordingAdmission(AdmissionLimits(max_requests=1000, max_tokens=10**9))
 
 
 def make_summarizer(

@@ -1,0 +1,271 @@
+"""A model of vLLM's step scheduler, driven by the daemon's real :class:`~daemon.admission.Admission`.
+
+Device time is scarce, so admission policies are explored here first and only the promising ones
+are measured on the GPU (``bench/compare.py``). The model is vLLM v1's scheduler with chunked
+prefill: each step serves the running requests in order (a decode is one token, a prefill as much
+of the prompt as the step's token budget has left), then admits waiting requests while the budget,
+``max_num_seqs`` and the KV cache allow. A step takes::
+
+    overhead + tokens / rate + kv_seconds_per_token * context tokens read by decoding requests
+
+which, with the defaults, puts a 16,384-token prefill step at about 0.45 s and a decode-only step of
+256 requests at 15-20 ms, as measured on one H200 with a 7B model (``../shared/gpu/README.md``). The
+workload is ``compare.py --workload mixed``'s (70% of 500-1,500 tokens, 30% of 5,000-20,000;
+documents over the context are cut into parts and combined). All documents arrive at once; time is
+virtual, so a run takes a second whatever the machine.
+
+    .venv/bin/python bench/admission_sim.py [--overhead 0.006] [--variant NAME:key=value,...]
+
+Variants take :class:`~daemon.config.AdmissionConfig` keys, as ``compare.py --variant`` does. The
+model leaves out what it cannot know (CUDA-graph effects, sampling details, the daemon's own CPU
+time), so its figures are for comparing policies with each other, not for predicting the GPU's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from daemon.admission import Admission, admission_limits  # noqa: E402
+from daemon.config import AdmissionConfig, EngineConfig  # noqa: E402
+
+SHORT_MAX_TOKENS = 2000
+TEMPLATE_TOKENS = 60
+OUTPUT_TOKENS = 256
+
+
+@dataclass
+class StepCost:
+    """How long one engine step takes (seconds)."""
+
+    overhead: float = 0.006
+    tokens_per_s: float = 38_000.0
+    kv_s_per_token: float = 12e-9
+    sample_s_per_seq: float = 2e-5
+
+    def seconds(self, tokens: int, decode_context: int, sequences: int) -> float:
+        """One step that computes ``tokens`` tokens and reads ``decode_context`` tokens of KV cache."""
+        return (
+            self.overhead
+            + tokens / self.tokens_per_s
+            + decode_context * self.kv_s_per_token
+            + sequences * self.sample_s_per_seq
+        )
+
+
+@dataclass(eq=False)
+class _Request:
+    prompt: int
+    output: int
+    on_prefilled: Any
+    done: asyncio.Future[None]
+    computed: int = 0
+    generated: int = 0
+
+
+@dataclass
+class SimEngine:
+    """vLLM's scheduler in miniature, on a virtual clock."""
+
+    step_tokens: int = 16384
+    max_seqs: int = 256
+    kv_tokens: int = 1_900_000
+    cost: StepCost = field(default_factory=StepCost)
+    async_scheduling: bool = True
+    now: float = 0.0
+    steps: int = 0
+    running: list[_Request] = field(default_factory=list)
+    waiting: list[_Request] = field(default_factory=list)
+    incoming: list[tuple[int, _Request]] = field(default_factory=list)
+    kv_used: int = 0
+
+    def submit(self, request: _Request) -> None:
+        """A new request goes to the back of vLLM's waiting queue (with async scheduling, vLLM has
+        planned the next step already: the request can first run in the one after)."""
+        self.incoming.append((self.steps + (2 if self.async_scheduling else 1), request))
+
+    @property
+    def busy(self) -> bool:
+        """Whether the engine holds any request."""
+        return bool(self.running or self.waiting or self.incoming)
+
+    def step(self) -> list[tuple[str, _Request]]:
+        """One engine step: what it scheduled advances, the clock moves on; returns its events."""
+        number = self.steps + 1
+        self.waiting += [request for first, request in self.incoming if first <= number]
+        self.incoming = [(first, request) for first, request in self.incoming if first > number]
+        budget, scheduled = self.step_tokens, []
+        for request in self.running:
+            if budget <= 0:
+                break
+            tokens = min(max(1, request.prompt - request.computed), budget)
+            scheduled.append((request, tokens))
+            budget -= tokens
+        while self.waiting and budget > 0 and len(self.running) < self.max_seqs:
+            request = self.waiting[0]
+            if self.running and self.kv_used + request.prompt + request.output > self.kv_tokens:
+                break
+            self.waiting.pop(0)
+            self.running.append(request)
+            self.kv_used += request.prompt + request.output
+            tokens = min(request.prompt, budget)
+            scheduled.append((request, tokens))
+            budget -= tokens
+        context = sum(r.computed for r, _ in scheduled if r.computed >= r.prompt)
+        self.now += self.cost.seconds(self.step_tokens - budget, context, len(scheduled))
+        self.steps += 1
+        events = []
+        for request, tokens in scheduled:
+            prefilling = request.computed < request.prompt
+            request.computed += tokens
+            if request.computed < request.prompt:
+                continue
+            request.generated += 1
+            if prefilling:
+                events.append(("prefilled", request))
+            if request.generated >= request.output:
+                events.append(("done", request))
+                self.running.remove(request)
+                self.kv_used -= request.prompt + request.output
+        return events
+
+
+def mixed_documents(count: int, seed: int, room: int) -> list[list[list[int]]]:
+    """Per document, its stages of prompt lengths: one request, or parts and then one combine."""
+    rng = random.Random(seed)
+    longs = round(count * 0.3)
+    lengths = [rng.randint(5000, 20000) for _ in range(longs)]
+    lengths += [rng.randint(500, 1500) for _ in range(count - longs)]
+    rng.shuffle(lengths)
+    documents = []
+    for length in lengths:
+        if length + TEMPLATE_TOKENS <= room:
+            documents.append([[length + TEMPLATE_TOKENS]])
+        else:
+            parts = math.ceil(length / room)
+            documents.append(
+                [
+                    [length // parts + TEMPLATE_TOKENS] * parts,
+                    [parts * (OUTPUT_TOKENS + 16) + TEMPLATE_TOKENS],
+                ]
+            )
+    return documents
+
+
+async def _simulate(admission: Admission, engine: SimEngine, documents: list[list[list[int]]]) -> list[float]:
+    loop = asyncio.get_running_loop()
+    submitted = asyncio.Event()
+
+    async def request(prompt: int, urgent: bool) -> None:
+        async with admission.slot(
+            prompt + OUTPUT_TOKENS, urgent=urgent, arrived_at=0.0, prompt_tokens=prompt
+        ) as slot:
+            done = loop.create_future()
+            engine.submit(_Request(prompt, OUTPUT_TOKENS, slot.prefill_done, done))
+            submitted.set()
+            await done
+
+    async def document(stages: list[list[int]]) -> float:
+        for number, stage in enumerate(stages):
+            await asyncio.gather(*(request(prompt, urgent=number > 0) for prompt in stage))
+        return engine.now
+
+    tasks = [asyncio.create_task(document(stages)) for stages in documents]
+    while not all(task.done() for task in tasks):
+        for _ in range(8):  # let every task react to the last step (admission, next stages)
+            await asyncio.sleep(0)
+        if not engine.busy:
+            submitted.clear()
+            pending = {task for task in tasks if not task.done()}
+            if not pending:
+                break
+            await asyncio.wait(
+                {asyncio.create_task(submitted.wait()), *pending}, return_when=asyncio.FIRST_COMPLETED
+            )
+            continue
+        for kind, sim_request in engine.step():
+            if kind == "prefilled":
+                sim_request.on_prefilled()
+            else:
+                sim_request.done.set_result(None)
+    return [task.result() for task in tasks]
+
+
+def run(settings: AdmissionConfig, cost: StepCost, count: int = 400, seed: int = 7) -> dict[str, Any]:
+    """One simulated pass of the mixed workload under ``settings``."""
+    engine_config = EngineConfig(
+        model="sim", max_model_len=16384, max_num_seqs=256, max_num_batched_tokens=16384
+    )
+    engine = SimEngine(cost=cost)
+    limits = admission_limits(settings, engine_config, kv_cache_tokens=engine.kv_tokens)
+    clock = lambda: engine.now  # noqa: E731 - admission's clock is the engine's virtual one
+    admission = Admission(limits, enabled=settings.enabled, clock=clock)
+    documents = mixed_documents(count, seed, room=16384 - OUTPUT_TOKENS - TEMPLATE_TOKENS)
+    finished = asyncio.run(_simulate(admission, engine, documents))
+    sizes = [sum(stage[0] for stage in stages[:1]) for stages in documents]
+    short = [t for t, size in zip(finished, sizes, strict=True) if size <= SHORT_MAX_TOKENS]
+    long = [t for t, size in zip(finished, sizes, strict=True) if size > SHORT_MAX_TOKENS]
+    return {
+        "seconds": round(max(finished), 2),
+        "short_p50": _q(short, 0.5),
+        "short_p95": _q(short, 0.95),
+        "long_p95": _q(long, 0.95),
+        "steps": engine.steps,
+    }
+
+
+def _q(values: list[float], q: float) -> float:
+    return round(statistics.quantiles(values, n=100, method="inclusive")[round(q * 100) - 1], 2)
+
+
+def _variant(text: str) -> tuple[str, dict[str, Any]]:
+    name, _, pairs = text.partition(":")
+    settings: dict[str, Any] = {}
+    for pair in filter(None, pairs.split(",")):
+        key, _, value = pair.partition("=")
+        settings[key] = float(value) if "." in value else int(value)
+    return name, settings
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--overhead", type=float, default=0.006, help="fixed seconds per engine step")
+    parser.add_argument("--count", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results here")
+    args = parser.parse_args()
+    cost = StepCost(overhead=args.overhead)
+    fifo = run(AdmissionConfig(enabled=False), cost, args.count, args.seed)
+    print(f"{'fifo':14s} {fifo}")
+    report: dict[str, Any] = {"benchmark": "bench/admission_sim.py", "step_cost": vars(cost), "fifo": fifo}
+    for name, settings in [("default", {}), *map(_variant, args.variant)]:
+        result = run(AdmissionConfig(**settings), cost, args.count, args.seed)
+        ratios = {
+            "throughput": round(fifo["seconds"] / result["seconds"], 3),
+            "short_p50": round(result["short_p50"] / fifo["short_p50"], 2),
+            "short_p95": round(result["short_p95"] / fifo["short_p95"], 2),
+            "long_p95": round(result["long_p95"] / fifo["long_p95"], 2),
+        }
+        print(f"{name:14s} {ratios} {result}")
+        report[name] = {"admission": settings, **result, "vs_fifo": ratios}
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,47 @@
+#!/bin/bash
+# Device call 2 and later: unpack vLLM into /tmp/site (once per machine), then run bench/compare.py
+# with the GPU config; its JSON and log go to $OUT.
+#   T0=$(date +%s) bash .gpu/src/bench/gpu/compare.sh NAME [compare.py arguments...]
+# T0 is when the device call began (several compare.sh in one call share it); the run gets a
+# --deadline that ends CALL_LIMIT (default 585) seconds after T0, so it returns before the device
+# tool's 600 s limit with everything it measured (compare.py rewrites its JSON after each pass).
+set -u
+T0=${T0:-$(date +%s)}
+LIMIT=${CALL_LIMIT:-585}
+SRC=$(cd "$(dirname "$0")/../.." && pwd)
+OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+NAME=$1; shift
+if [ ! -f /tmp/site/vllm/__init__.py ]; then
+  [ -f /tmp/payload/vllm.tar.xz.part00 ] || { echo "FATAL: part 1 missing: run stage1.sh on this machine first"; exit 3; }
+  cp .gpu/b/vllm.tar.xz.part01 /tmp/payload/
+  cat /tmp/payload/vllm.tar.xz.part00 /tmp/payload/vllm.tar.xz.part01 > /tmp/payload/vllm.tar.xz
+  (cd /tmp/payload && sha256sum -c "$OLDPWD/.gpu/b/vllm.tar.xz.sha256") || { echo "FATAL: checksum"; exit 4; }
+  python3 -c "import tarfile, sys; tarfile.open(sys.argv[1], 'r:xz').extractall(sys.argv[2])" /tmp/payload/vllm.tar.xz /tmp/site || exit 5
+  rm -rf /tmp/model && cp -r .gpu/b/qwen7b-dummy /tmp/model
+  echo "vLLM unpacked at +$(( $(date +%s) - T0 ))s"
+fi
+export PYTHONPATH=/tmp/site:$SRC
+export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
+export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
+export VLLM_USE_FLASHINFER_SAMPLER=0   # flashinfer is not carried (the recipe's pitfall 1)
+export DOCSUMD_ENGINE__MODEL=/tmp/model
+left=$(( LIMIT - ( $(date +%s) - T0 ) ))
+echo "=== $NAME: compare.py $* (deadline ${left}s) at +$(( $(date +%s) - T0 ))s"
+cd "$SRC"
+setsid timeout -k 5 "$left" python3 bench/compare.py --config bench/configs/h200-qwen7b-dummy.toml \
+  --json "$OUT/$NAME.json" --deadline $(( left - 10 )) "$@" > "$OUT/$NAME.log" 2>&1 &
+pid=$!; wait $pid; rc=$?
+kill -KILL -- -$pid 2>/dev/null   # EngineCore children of this run, if any are left
+echo "rc=$rc at +$(( $(date +%s) - T0 ))s"
+grep -E "^daemon \(|^workload|skipping|Traceback|Error" "$OUT/$NAME.log" | tail -20
+python3 - "$OUT/$NAME.json" <<'PY'
+import json, sys
+try:
+    result = json.load(open(sys.argv[1]))
+except (OSError, ValueError) as exc:
+    sys.exit(f"no JSON: {exc}")
+print("raw docs/s", result.get("raw_docs_per_s"), "ratio", result.get("ratio"))
+for point in result.get("curve", []):
+    print(json.dumps(point))
+PY
+gzip -f "$OUT/$NAME.log"

@@ -95,7 +95,7 @@ def test_folder_and_kafka_topic_with_different_profiles_in_one_daemon(
             and "odd.txt" in layout.inputs_in(layout.failed)
         )
 
-    wait_for(finished, 240, "every document to have a result or a failure record", interval=1.0)
+    wait_for(finished, 300, "every document to have a result or a failure record", interval=1.0)
     wait_for(lambda: all_committed(kafka_broker, topics), 30, "the group to commit", interval=0.5)
 
     _, metrics = daemon.http_get("/metrics")

@@ -546,3 +546,20 @@ async def test_a_failed_watcher_is_started_again(tmp_path: Path, monkeypatch: py
         await asyncio.sleep(1.2)  # the new watch is in place (its first batch)
         (config.inbox / "new.txt").write_bytes(b"new\n")
         assert (await items.next()).id == "new.txt"
+
+
+async def test_items_ends_when_cancelled_as_a_wakeup_arrives(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    async with running(config) as (source, _):
+        for _ in range(20):
+            task = asyncio.create_task(next_item(source))
+            await asyncio.sleep(0.05)  # waiting for work
+            source._wakeup.set()
+            if not task.cancel():
+                continue
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, WAIT)
+
+
+async def next_item(source: FolderSource) -> WorkItem:
+    return await anext(source.items())

@@ -406,8 +406,8 @@ async def test_an_input_left_in_flight_is_handed_out_first_at_the_next_start(tmp
         assert source.backlog == 2
         again = await items.next()
         assert (again.id, await again.load()) == ("first.txt", b"first\n")
-        assert claim_folders(config) == ["1.doc.txt", "2.first.txt"]
         other = await items.next()
+        assert claim_folders(config) == ["1.doc.txt", "2.first.txt"]
         assert other.load_options is not None
         assert await other.load_options() == b'{"style": "bullets"}'
         await again.complete({"ok": True})
@@ -453,6 +453,7 @@ async def test_a_clean_stop_keeps_a_claim_whose_name_was_taken_and_resets_its_co
     await crash_with_in_flight(config, "doc.txt")  # 1 unclean exit
     async with running(config) as (source, items):
         await items.next()
+        await items.close()  # nothing more is taken in: the new file below stays in the inbox
         write_old(config.inbox / "doc.txt", b"a new one\n", age=1)  # takes the name in the inbox
         await source.release_unsettled()
     assert entries(config.inbox) == {"doc.txt": b"a new one\n"}

@@ -81,9 +81,15 @@ class BlockingIO:
     async def wait(self, job: Job[T], time_limit: float) -> T:
         """The job's result within ``time_limit`` seconds, else :class:`TimeoutError` (the job is given
         up on). Cancelling the wait gives the job up too (a started call still runs to its end)."""
+        # asyncio.timeout, not wait_for: on Python 3.11, wait_for loses a cancellation that arrives as
+        # the call finishes, and a source's generator would then run on after being cancelled.
+        deadline = asyncio.timeout(time_limit)
         try:
-            return await asyncio.wait_for(asyncio.shield(job.future), time_limit)
+            async with deadline:
+                return await asyncio.shield(job.future)
         except TimeoutError:
+            if not deadline.expired():
+                raise  # the call's own TimeoutError
             self._give_up(job, timed_out=True)
             raise TimeoutError(f"{job.name} did not finish within {time_limit:g} s") from None
         except asyncio.CancelledError:

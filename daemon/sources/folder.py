@@ -194,9 +194,11 @@ class FolderSource(Lifecycle):
                     yield self._work_item(claim)
                 continue
             self._wakeup.clear()
-            timeout = self._next_check_in()
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose a cancellation that
+            # arrives just as the event is set, and this generator would then never end.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+                async with asyncio.timeout(self._next_check_in()):
+                    await self._wakeup.wait()
 
     # -- discovery -------------------------------------------------------------------------------
 

@@ -102,3 +102,19 @@ def test_a_stuck_call_does_not_hold_up_the_process_exit() -> None:
     )
     assert done.returncode == 0, done.stderr
     assert "timed out" in done.stdout
+
+
+async def test_a_cancellation_that_arrives_as_the_call_finishes_is_not_lost() -> None:
+    # asyncio.wait_for (Python 3.11) returns the result then and drops the cancellation: a source's
+    # generator cancelled at that moment would run on forever.
+    pool = BlockingIO("test", workers=2)
+    for _ in range(50):
+        job = pool.submit(int, "1")
+        task = asyncio.create_task(pool.wait(job, 5))
+        await asyncio.sleep(0)
+        while not job.future.done():  # noqa: ASYNC110 - the same tick as the result, on purpose
+            await asyncio.sleep(0)
+        if not task.cancel():
+            continue  # it finished before the cancellation: nothing to lose
+        with pytest.raises(asyncio.CancelledError):
+            await task

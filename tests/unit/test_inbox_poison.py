@@ -406,8 +406,8 @@ async def test_an_input_left_in_flight_is_handed_out_first_at_the_next_start(tmp
         assert source.backlog == 2
         again = await items.next()
         assert (again.id, await again.load()) == ("first.txt", b"first\n")
-        assert claim_folders(config) == ["1.doc.txt", "2.first.txt"]
         other = await items.next()
+        assert claim_folders(config) == ["1.doc.txt", "2.first.txt"]
         assert other.load_options is not None
         assert await other.load_options() == b'{"style": "bullets"}'
         await again.complete({"ok": True})
@@ -453,6 +453,7 @@ async def test_a_clean_stop_keeps_a_claim_whose_name_was_taken_and_resets_its_co
     await crash_with_in_flight(config, "doc.txt")  # 1 unclean exit
     async with running(config) as (source, items):
         await items.next()
+        await items.close()  # nothing more is taken in: the new file below stays in the inbox
         write_old(config.inbox / "doc.txt", b"a new one\n", age=1)  # takes the name in the inbox
         await source.release_unsettled()
     assert entries(config.inbox) == {"doc.txt": b"a new one\n"}
@@ -546,3 +547,20 @@ async def test_a_failed_watcher_is_started_again(tmp_path: Path, monkeypatch: py
         await asyncio.sleep(1.2)  # the new watch is in place (its first batch)
         (config.inbox / "new.txt").write_bytes(b"new\n")
         assert (await items.next()).id == "new.txt"
+
+
+async def test_items_ends_when_cancelled_as_a_wakeup_arrives(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    async with running(config) as (source, _):
+        for _ in range(20):
+            task = asyncio.create_task(next_item(source))
+            await asyncio.sleep(0.05)  # waiting for work
+            source._wakeup.set()
+            if not task.cancel():
+                continue
+            with pytest.raises(asyncio.CancelledError):
+                await asyncio.wait_for(task, WAIT)
+
+
+async def next_item(source: FolderSource) -> WorkItem:
+    return await anext(source.items())

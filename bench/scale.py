@@ -27,7 +27,10 @@ does), and one or more passes (``--run``), each on fresh topics and a fresh cons
 Throughput is documents per second from the first produce (all daemons warm) to the last document's
 first result (the result record's ``created_at``). Each pass reports per daemon its share of the
 documents and of the prompt tokens (every result it published counts, duplicates included: they are
-work done), its partitions, and when its last result came; per partition what was produced to it;
+work done), its partitions, when its last result came, and the CPU seconds its processes used from
+the first produce to the last result (``cpu_bound_docs_per_s``: documents per CPU second of the busiest
+daemon, the pass's rate had each daemon its cores to itself; on a CPU shared with other work, the
+wall-clock rate follows that work's load, CPU time much less); per partition what was produced to it;
 duplicates (ids with more than one result) and which of them a rebalance explains (the id's
 partition was revoked from a daemon during the pass: the daemons' ``partitions revoked`` and
 ``partitions assigned`` log lines, counted from the first produce on); dead letters; and a set of
@@ -46,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -56,6 +60,7 @@ import tempfile
 import time
 import uuid
 from collections import defaultdict
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -100,6 +105,8 @@ class Daemon:
     started: float
     ready_s: float = 0.0
     baseline_events: int = 0
+    cpu_at_start: float = 0.0
+    cpu_s: float | None = None
 
 
 @dataclass
@@ -255,11 +262,14 @@ def _run_pass(  # noqa: PLR0917 - one call site, every argument a different kind
         _wait_warm_and_settled(run.daemons, topics["input"], spec.partitions, args.ready_timeout)
         for daemon in run.daemons:
             daemon.baseline_events = len(daemon.process.log_events())
+            daemon.cpu_at_start = _group_cpu_seconds(daemon.process.pgid)
         run.produced = _plan(docs, lengths, spec.keying, spec.partitions)
         run.start_wall = time.time()
         asyncio.run(_produce(broker.bootstrap, topics["input"], run.produced, dict(docs)))
         ids = {doc.doc_id for doc in run.produced}
         asyncio.run(_wait_results(broker.bootstrap, topics, ids, run.daemons, args.timeout))
+        for daemon in run.daemons:
+            daemon.cpu_s = round(_group_cpu_seconds(daemon.process.pgid) - daemon.cpu_at_start, 1)
         run.committed = _wait_committed(broker.bootstrap, topics)
         _stop(run.daemons)
     finally:
@@ -302,15 +312,28 @@ def _start_daemons(  # noqa: PLR0917 - one call site
         layout = Layout(root=root, model=Path(config.engine.model), metrics_port=free_port())
         _write_config(layout, config, broker, topics, name=name, tp=spec.tp)
         started = time.monotonic()
-        process = DaemonProcess(layout, root / "daemon.log").start(env)
+        with _affinity(cpus):
+            process = DaemonProcess(layout, root / "daemon.log").start(env)
         if args.pgid_file is not None:
             with args.pgid_file.open("a", encoding="utf-8") as pgids:
                 pgids.write(f"{process.pgid}\n")
-        if cpus is not None and process.proc is not None:
-            # Set at once, before the daemon starts its engine process and threads: they inherit it.
-            os.sched_setaffinity(process.proc.pid, cpus)
         daemons.append(Daemon(name=name, process=process, pin=pin, started=started))
     return daemons
+
+
+@contextlib.contextmanager
+def _affinity(cpus: set[int] | None) -> Iterator[None]:
+    """This thread on ``cpus`` for the duration (a process started meanwhile inherits them, and so do
+    its engine process and threads), then back where it was."""
+    if cpus is None:
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, cpus)
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def _pins(args: argparse.Namespace, spec: PassSpec) -> list[tuple[dict[str, str], set[int] | None, str]]:
@@ -406,6 +429,20 @@ def _wait_warm_and_settled(daemons: list[Daemon], topic: str, partitions: int, t
         return partitions < len(daemons) or all(owned)
 
     wait_for(settled, 120, "the consumer group to settle", interval=0.5)
+
+
+def _group_cpu_seconds(pgid: int) -> float:
+    """CPU seconds (user + system, with reaped children's) used so far by the processes of a daemon's
+    process group: the daemon, its engine process, their threads."""
+    ticks = 0
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if int(fields[2]) == pgid:
+            ticks += sum(int(value) for value in fields[11:15])  # utime, stime, cutime, cstime
+    return ticks / os.sysconf("SC_CLK_TCK")
 
 
 def _assignments(process: DaemonProcess, since: int = 0) -> list[set[str]]:
@@ -578,6 +615,7 @@ def _pass_report(run: PassRun, lengths: dict[str, int]) -> dict[str, Any]:
             "p50_latency_s": _percentile(long, 0.5),
             "p95_latency_s": _percentile(long, 0.95),
         },
+        "cpu_bound_docs_per_s": _cpu_bound_rate(len(first), daemons),
         "per_daemon": daemons,
         "per_partition": _partition_loads(run.produced),
         "imbalance": _imbalance(daemons, spec.daemons),
@@ -664,9 +702,18 @@ def _daemon_shares(run: PassRun) -> list[dict[str, Any]]:
                 "document_tokens": document,
                 "document_token_share": round(document / total_document, 4),
                 "last_result_s": None if last is None else round(last - run.start_wall, 3),
+                "cpu_s": daemon.cpu_s,
             }
         )
     return shares
+
+
+def _cpu_bound_rate(docs: int, daemons: list[dict[str, Any]]) -> float | None:
+    """Documents per second of CPU time of the busiest daemon: the pass's rate if each daemon had its
+    cores to itself. On a CPU shared with other work, wall-clock rates follow that work's load; CPU time
+    does much less. (Meaningless on a GPU host, where the GPU does the work.)"""
+    busiest = max((d["cpu_s"] or 0.0 for d in daemons), default=0.0)
+    return round(docs / busiest, 4) if busiest > 0 else None
 
 
 def _partition_loads(produced: list[Produced]) -> dict[str, dict[str, int]]:
@@ -714,22 +761,26 @@ def _summary_line(report: dict[str, Any]) -> str:
     failed = [name for name, ok in report["invariants"].items() if not ok]
     verdict = "ok" if not failed else "FAILED: " + ", ".join(failed)
     return (
-        f"pass {report['label']}: {report['docs_per_s']} docs/s in {report['seconds']} s; "
+        f"pass {report['label']}: {report['docs_per_s']} docs/s in {report['seconds']} s "
+        f"({report['cpu_bound_docs_per_s']} docs per CPU second of the busiest daemon); "
         f"docs/tokens shares: {shares}; duplicates {report['duplicates']['extra_results']} "
         f"({report['duplicates']['unexplained']} unexplained); revocations "
         f"{report['rebalances']['revocations']}; invariants {verdict}"
     )
 
 
+def _speedups(reports: list[dict[str, Any]], key: str) -> dict[str, float | None]:
+    """Each pass's ``key`` rate divided by the first pass's."""
+    base = reports[0].get(key) if reports else None
+    return {r["label"]: round(r[key] / base, 3) if base and r.get(key) else None for r in reports}
+
+
 def _merge(paths: list[Path]) -> dict[str, Any]:
     """Reports of separate calls as one: the first's fields, every pass, speedups against the first pass."""
     reports = [json.loads(path.read_text(encoding="utf-8")) for path in paths]
     merged = {**reports[0], "passes": [p for report in reports for p in report["passes"]]}
-    base = merged["passes"][0]["docs_per_s"]
-    merged["speedup"] = {
-        p["label"]: round(p["docs_per_s"] / base, 3) if base and p["docs_per_s"] else None
-        for p in merged["passes"]
-    }
+    merged["speedup"] = _speedups(merged["passes"], "docs_per_s")
+    merged["speedup_cpu_bound"] = _speedups(merged["passes"], "cpu_bound_docs_per_s")
     merged["merged_from"] = [str(path) for path in paths]
     return merged
 
@@ -741,7 +792,6 @@ def _report(
     lengths: dict[str, int],
     reports: list[dict[str, Any]],
 ) -> dict[str, Any]:
-    base = reports[0]["docs_per_s"] if reports else None
     return {
         "benchmark": "bench/scale.py",
         "workload": args.workload,
@@ -755,10 +805,8 @@ def _report(
         ),
         "pin": args.pin,
         "passes": reports,
-        "speedup": {
-            r["label"]: round(r["docs_per_s"] / base, 3) if base and r["docs_per_s"] else None
-            for r in reports
-        },
+        "speedup": _speedups(reports, "docs_per_s"),
+        "speedup_cpu_bound": _speedups(reports, "cpu_bound_docs_per_s"),
         "engine": {
             "model": config.engine.model_name,
             "max_model_len": config.engine.max_model_len,

@@ -106,6 +106,8 @@ def _check_daemons(run: dict[str, Any]) -> None:
     assert not owned[0] & owned[1], owned
     assert len(owned[0] | owned[1]) == PARTITIONS, owned
     assert all(d["docs"] > 0 for d in daemons), daemons
+    assert all(d["cpu_s"] > 0 for d in daemons), daemons
+    assert run["cpu_bound_docs_per_s"] > 0
     assert sum(d["docs"] for d in daemons) == run["results"]
     for share in ("doc_share", "token_share", "document_token_share"):
         assert sum(d[share] for d in daemons) == pytest.approx(1.0, abs=0.001), (share, daemons)

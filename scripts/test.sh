@@ -8,4 +8,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh
 # The alerts end-to-end test runs a real Prometheus server (Debian package "prometheus").
 bash scripts/install-prometheus.sh
-exec .venv/bin/python -m pytest -p no:cacheprovider -rA --durations=15 "$@"
+# Two test processes (pytest-xdist; DOCSUMD_TEST_WORKERS=1 for one): the end-to-end tests wait on
+# engine start-ups and subprocesses, and two of them share 2 cores well (19 min instead of 24 here).
+# worksteal: an idle worker takes tests from the busy one, so the long ones do not end up queued.
+exec .venv/bin/python -m pytest -p no:cacheprovider -rA --durations=15 \
+    -n "${DOCSUMD_TEST_WORKERS:-2}" --dist worksteal "$@"

@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -168,11 +169,12 @@ class DaemonProcess:
     def __init__(self, layout: Layout, log_path: Path) -> None:
         self.layout = layout
         self.log_path = log_path
-        self.tmpdir = layout.root / "tmp"
+        # Short, outside the test's folder: vLLM puts its IPC sockets here, and a socket path must fit
+        # 107 bytes (pytest's per-worker folders under xdist made the test folder's too long).
+        self.tmpdir = Path(tempfile.mkdtemp(prefix="docsumd-e2e-"))
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, extra_env: dict[str, str] | None = None) -> DaemonProcess:
-        self.tmpdir.mkdir(parents=True, exist_ok=True)
         env = {
             **os.environ,
             "TMPDIR": str(self.tmpdir),

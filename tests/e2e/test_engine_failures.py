@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
@@ -23,10 +24,9 @@ from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
 pytestmark = pytest.mark.engine
 
 
-def test_cancel_aborts_the_vllm_request(
-    tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setenv("TMPDIR", str(tmp_path))
+def test_cancel_aborts_the_vllm_request(tiny_model: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # vLLM's IPC sockets go to TMPDIR; a short one, as a socket path must fit 107 bytes.
+    monkeypatch.setenv("TMPDIR", tempfile.mkdtemp(prefix="docsumd-e2e-"))
     monkeypatch.setenv("VLLM_HOST_IP", "127.0.0.1")
     config = EngineConfig(
         model=str(tiny_model), max_model_len=2048, kv_cache_memory_bytes=256 << 20, enforce_eager=True

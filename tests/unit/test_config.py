@@ -15,6 +15,7 @@ import pytest
 from daemon.cli import main
 from daemon.config import Config, load_config
 from daemon.errors import ConfigError
+from tests.config_files import config_error, config_file
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "docsumd.toml"
 
@@ -30,18 +31,6 @@ def example_config(tmp_path: Path) -> Path:
     folder = tmp_path / "etc"
     folder.mkdir()
     return Path(shutil.copy(EXAMPLE_CONFIG, folder / "docsumd.toml"))
-
-
-def _write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "docsumd.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def _config_error(path: Path) -> str:
-    with pytest.raises(ConfigError) as caught:
-        load_config(path)
-    return str(caught.value)
 
 
 # -- the example file ------------------------------------------------------------------------------
@@ -72,19 +61,21 @@ def test_relative_folders_resolve_against_the_config_files_folder(
 
 
 def test_relative_model_path_starting_with_dot_is_made_absolute(tmp_path: Path) -> None:
-    config = load_config(_write(tmp_path, '[engine]\nmodel = "./models/tiny"\n'))
+    config = load_config(config_file(tmp_path, '[engine]\nmodel = "./models/tiny"\n'))
     assert config.engine.model == str(tmp_path.resolve() / "models" / "tiny")
 
 
 def test_model_id_is_kept_as_it_is(tmp_path: Path) -> None:
-    config = load_config(_write(tmp_path, '[engine]\nmodel = "Qwen/Qwen2.5-7B-Instruct"\n'))
+    config = load_config(config_file(tmp_path, '[engine]\nmodel = "Qwen/Qwen2.5-7B-Instruct"\n'))
     assert config.engine.model == "Qwen/Qwen2.5-7B-Instruct"
     assert config.engine.model_name == "Qwen2.5-7B-Instruct"
 
 
 def test_absolute_folders_are_kept(tmp_path: Path) -> None:
     inbox, outbox, done, failed = (str(tmp_path / name) for name in ("in", "out", "done", "failed"))
-    folder = load_config(_write(tmp_path, MINIMAL + _folders(inbox, outbox, done, failed))).sources.folder
+    folder = load_config(
+        config_file(tmp_path, MINIMAL + _folders(inbox, outbox, done, failed))
+    ).sources.folder
     assert folder is not None
     assert (str(folder.inbox), str(folder.outbox)) == (inbox, outbox)
 
@@ -105,7 +96,7 @@ def test_invalid_environment_override_is_a_config_error(
     example_config: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DOCSUMD_ENGINE__MAX_MODEL_LEN", "lots")
-    message = _config_error(example_config)
+    message = config_error(example_config)
     assert "engine.max_model_len" in message
     assert "DOCSUMD_" in message  # the message tells how overrides are spelled
 
@@ -114,89 +105,89 @@ def test_invalid_environment_override_is_a_config_error(
 
 
 def test_unknown_key_is_named_in_the_error(tmp_path: Path) -> None:
-    message = _config_error(_write(tmp_path, MINIMAL + "max_modle_len = 8192\n"))
+    message = config_error(config_file(tmp_path, MINIMAL + "max_modle_len = 8192\n"))
     assert "engine.max_modle_len" in message
     assert "Extra inputs are not permitted" in message
 
 
 def test_unknown_section_is_named_in_the_error(tmp_path: Path) -> None:
-    message = _config_error(_write(tmp_path, MINIMAL + "[sumary]\nmax_summary_tokens = 10\n"))
+    message = config_error(config_file(tmp_path, MINIMAL + "[sumary]\nmax_summary_tokens = 10\n"))
     assert "sumary" in message
 
 
 def test_wrong_type_is_a_config_error(tmp_path: Path) -> None:
-    message = _config_error(_write(tmp_path, MINIMAL + 'max_model_len = "big"\n'))
+    message = config_error(config_file(tmp_path, MINIMAL + 'max_model_len = "big"\n'))
     assert "engine.max_model_len" in message
     assert "integer" in message
 
 
 def test_out_of_range_value_is_a_config_error(tmp_path: Path) -> None:
-    message = _config_error(_write(tmp_path, MINIMAL + "max_model_len = 16\n"))
+    message = config_error(config_file(tmp_path, MINIMAL + "max_model_len = 16\n"))
     assert "engine.max_model_len" in message
 
 
 def test_sources_of_wrong_type_is_a_config_error(tmp_path: Path) -> None:
-    path = _write(tmp_path, 'sources = "x"\n' + MINIMAL)
-    message = _config_error(path)
+    path = config_file(tmp_path, 'sources = "x"\n' + MINIMAL)
+    message = config_error(path)
     assert "sources" in message
 
 
 def test_missing_engine_section_is_a_config_error(tmp_path: Path) -> None:
-    message = _config_error(_write(tmp_path, "[summary]\nmax_summary_tokens = 10\n"))
+    message = config_error(config_file(tmp_path, "[summary]\nmax_summary_tokens = 10\n"))
     assert "engine" in message
     assert "Field required" in message
 
 
 def test_missing_file_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "nope.toml"
-    assert _config_error(path) == f"{path}: no such config file"
+    assert config_error(path) == f"{path}: no such config file"
 
 
 def test_invalid_toml_is_a_config_error(tmp_path: Path) -> None:
-    path = _write(tmp_path, "[engine\nmodel = 'x'\n")
-    message = _config_error(path)
+    path = config_file(tmp_path, "[engine\nmodel = 'x'\n")
+    message = config_error(path)
     assert message.startswith(f"{path}: not valid TOML")
 
 
 def test_non_utf8_file_is_a_config_error(tmp_path: Path) -> None:
     path = tmp_path / "latin1.toml"
     path.write_bytes(b'[engine]\nmodel = "caf\xe9"\n')
-    assert _config_error(path).startswith(f"{path}: cannot read")
+    assert config_error(path).startswith(f"{path}: cannot read")
 
 
 def test_summary_tokens_too_large_for_the_context(tmp_path: Path) -> None:
     text = MINIMAL + "max_model_len = 1024\n[summary]\nmax_summary_tokens = 513\n"
-    message = _config_error(_write(tmp_path, text))
+    message = config_error(config_file(tmp_path, text))
     assert "max_summary_tokens (513)" in message
     assert "max_model_len (1024)" in message
 
 
 def test_summary_tokens_at_half_of_the_context_is_allowed(tmp_path: Path) -> None:
     text = MINIMAL + "max_model_len = 1024\n[summary]\nmax_summary_tokens = 512\n"
-    config = load_config(_write(tmp_path, text))
+    config = load_config(config_file(tmp_path, text))
     assert config.summary.max_summary_tokens == 512
     assert config.summary.part_tokens(1024) == 170  # parts default to a sixth of the context here
 
 
 def test_part_summary_tokens_must_leave_room_for_several_parts(tmp_path: Path) -> None:
     text = MINIMAL + "max_model_len = 1024\n[summary]\npart_summary_tokens = 171\n"
-    message = _config_error(_write(tmp_path, text))
+    message = config_error(config_file(tmp_path, text))
     assert "part_summary_tokens (171)" in message
 
 
 def test_admission_section_is_optional_and_typed(tmp_path: Path) -> None:
-    config = load_config(_write(tmp_path, MINIMAL))
+    config = load_config(config_file(tmp_path, MINIMAL))
     assert config.admission.enabled is True
     assert config.admission.max_inflight_tokens is None
     text = MINIMAL + "[admission]\nenabled = false\nwindow_seconds = 5\n"
-    assert load_config(_write(tmp_path, text)).admission.window_seconds == 5
-    message = _config_error(_write(tmp_path, MINIMAL + "[admission]\nmax_inflight_tokens = 10\n"))
+    assert load_config(config_file(tmp_path, text)).admission.window_seconds == 5
+    message = config_error(config_file(tmp_path, MINIMAL + "[admission]\nmax_inflight_tokens = 10\n"))
     assert "admission.max_inflight_tokens" in message
 
 
 def test_batched_tokens_must_cover_context_without_chunked_prefill(tmp_path: Path) -> None:
     text = MINIMAL + "max_model_len = 8192\nmax_num_batched_tokens = 4096\nenable_chunked_prefill = false\n"
-    assert "max_num_batched_tokens must be >= max_model_len" in _config_error(_write(tmp_path, text))
+    assert "max_num_batched_tokens must be >= max_model_len" in config_error(config_file(tmp_path, text))
 
 
 def _folders(inbox: str, outbox: str, done: str = "done", failed: str = "failed") -> str:
@@ -204,22 +195,22 @@ def _folders(inbox: str, outbox: str, done: str = "done", failed: str = "failed"
 
 
 def test_inbox_equal_to_outbox_is_a_config_error(tmp_path: Path) -> None:
-    message = _config_error(_write(tmp_path, MINIMAL + _folders("box", "box")))
+    message = config_error(config_file(tmp_path, MINIMAL + _folders("box", "box")))
     assert "four different folders" in message
 
 
 def test_same_folder_spelled_differently_is_a_config_error(tmp_path: Path) -> None:
-    message = _config_error(_write(tmp_path, MINIMAL + _folders("box", "./other/../box")))
+    message = config_error(config_file(tmp_path, MINIMAL + _folders("box", "./other/../box")))
     assert "four different folders" in message
 
 
 def test_outbox_inside_inbox_is_a_config_error(tmp_path: Path) -> None:
-    message = _config_error(_write(tmp_path, MINIMAL + _folders("in", "in/out")))
+    message = config_error(config_file(tmp_path, MINIMAL + _folders("in", "in/out")))
     assert "must not lie inside the inbox" in message
 
 
 def test_require_source_without_folder_section_raises(tmp_path: Path) -> None:
-    config = load_config(_write(tmp_path, MINIMAL))
+    config = load_config(config_file(tmp_path, MINIMAL))
     assert config.sources.folder is None
     with pytest.raises(ConfigError, match=r"\[sources\.folder\]"):
         config.require_source()
@@ -248,7 +239,7 @@ def test_check_config_prints_effective_config_as_json(
 def test_check_config_on_invalid_file_exits_2_with_message_on_stderr(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _write(tmp_path, MINIMAL + "max_modle_len = 1\n")
+    path = config_file(tmp_path, MINIMAL + "max_modle_len = 1\n")
     assert main(["check-config", str(path)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -286,7 +277,7 @@ failed = "failed"
 def test_check_config_refuses_a_budget_that_cannot_work(
     tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _write(tmp_path, BAD_BUDGET.format(model=tiny_model))
+    path = config_file(tmp_path, BAD_BUDGET.format(model=tiny_model))
     assert main(["check-config", str(path)]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
@@ -298,7 +289,7 @@ def test_run_refuses_a_budget_that_cannot_work_before_the_engine_starts(
     tmp_path: Path, tiny_model: Path
 ) -> None:
     # A subprocess: `run` configures the process's logging and environment, as a real start does.
-    path = _write(tmp_path, BAD_BUDGET.format(model=tiny_model))
+    path = config_file(tmp_path, BAD_BUDGET.format(model=tiny_model))
     started = time.monotonic()
     proc = subprocess.run(
         [sys.executable, "-m", "daemon", "run", "--config", str(path)],
@@ -318,7 +309,7 @@ def test_run_refuses_a_budget_that_cannot_work_before_the_engine_starts(
 def test_check_config_reports_the_budget_with_the_tokenizer(
     tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _write(
+    path = config_file(
         tmp_path,
         BAD_BUDGET.format(model=tiny_model).replace("max_model_len = 256", "max_model_len = 2048"),
     )
@@ -341,7 +332,7 @@ dead_letter_topic = "docs-dlq"
 
 
 def test_kafka_section_alone_is_a_source(tmp_path: Path) -> None:
-    config = load_config(_write(tmp_path, MINIMAL + KAFKA))
+    config = load_config(config_file(tmp_path, MINIMAL + KAFKA))
     config.require_source()
     kafka = config.sources.kafka
     assert kafka is not None
@@ -351,14 +342,14 @@ def test_kafka_section_alone_is_a_source(tmp_path: Path) -> None:
 
 
 def test_kafka_and_folder_together(tmp_path: Path) -> None:
-    config = load_config(_write(tmp_path, MINIMAL + KAFKA + _folders("in", "out", "done", "failed")))
+    config = load_config(config_file(tmp_path, MINIMAL + KAFKA + _folders("in", "out", "done", "failed")))
     assert config.sources.kafka is not None
     assert config.sources.folder is not None
 
 
 def test_kafka_output_topic_may_not_be_an_input(tmp_path: Path) -> None:
     text = MINIMAL + KAFKA.replace('output_topic = "summaries"', 'output_topic = "docs"')
-    assert "loop" in _config_error(_write(tmp_path, text))
+    assert "loop" in config_error(config_file(tmp_path, text))
 
 
 def test_kafka_sasl_password_is_not_shown(tmp_path: Path) -> None:
@@ -370,7 +361,7 @@ def test_kafka_sasl_password_is_not_shown(tmp_path: Path) -> None:
             'sasl_plain_username = "u"\nsasl_plain_password = "hunter2"\n'
         )
     )
-    config = load_config(_write(tmp_path, text))
+    config = load_config(config_file(tmp_path, text))
     assert "hunter2" not in config.model_dump_json()
     kafka = config.sources.kafka
     assert kafka is not None
@@ -379,4 +370,4 @@ def test_kafka_sasl_password_is_not_shown(tmp_path: Path) -> None:
 
 def test_kafka_sasl_without_mechanism_is_a_config_error(tmp_path: Path) -> None:
     text = MINIMAL + KAFKA + 'security_protocol = "SASL_SSL"\n'
-    assert "sasl_mechanism" in _config_error(_write(tmp_path, text))
+    assert "sasl_mechanism" in config_error(config_file(tmp_path, text))

@@ -20,6 +20,7 @@ from daemon.errors import ConfigError, DocumentError
 from daemon.options import parse_options
 from daemon.profiles import Profiles, build_profiles, default_profiles, profile_version, summary_sampling
 from daemon.prompts import DEFAULT_INSTRUCTIONS, SYSTEM_INSTRUCTION, Instructions, PromptBuilder, PromptKind
+from tests.config_files import config_error, config_file
 
 FOLDER = """
 [sources.folder]
@@ -40,18 +41,6 @@ dead_letter_topic = "dead"
 
 def _engine(model: str = "unused", max_model_len: int = 4096) -> str:
     return f'[engine]\nmodel = "{model}"\nmax_model_len = {max_model_len}\n'
-
-
-def _write(tmp_path: Path, text: str) -> Path:
-    path = tmp_path / "docsumd.toml"
-    path.write_text(text, encoding="utf-8")
-    return path
-
-
-def _config_error(path: Path) -> str:
-    with pytest.raises(ConfigError) as caught:
-        load_config(path)
-    return str(caught.value)
 
 
 def _config(**profiles: ProfileConfig) -> Config:
@@ -138,7 +127,7 @@ def test_a_section_changes_only_the_keys_it_sets_of_a_shipped_profile() -> None:
 
 def test_an_instruction_file_replaces_a_shipped_instruction(tmp_path: Path) -> None:
     (tmp_path / "brief.txt").write_text("Write a brief.\n", encoding="utf-8")
-    path = _write(
+    path = config_file(
         tmp_path, _engine() + FOLDER + '[profiles.brief]\ninstruction_file = "brief.txt"\n'
     )  # relative to the config file
     brief = load_config(path).effective_profiles()["brief"]
@@ -284,7 +273,7 @@ def test_options_name_a_profile_and_bring_nothing_else_of_one(raw: dict[str, Any
 
 
 def test_the_folder_and_each_kafka_topic_name_their_profile(tmp_path: Path) -> None:
-    path = _write(
+    path = config_file(
         tmp_path,
         _engine()
         + FOLDER
@@ -306,7 +295,7 @@ def test_the_folder_and_each_kafka_topic_name_their_profile(tmp_path: Path) -> N
 
 
 def test_sources_without_a_profile_use_summary_profile(tmp_path: Path) -> None:
-    config = load_config(_write(tmp_path, _engine() + FOLDER + KAFKA))
+    config = load_config(config_file(tmp_path, _engine() + FOLDER + KAFKA))
     assert set(config.source_profiles().values()) == {"default"}
     assert config.sources.folder is not None
     assert config.sources.folder.profile is None
@@ -328,19 +317,21 @@ def test_sources_without_a_profile_use_summary_profile(tmp_path: Path) -> None:
     ],
 )
 def test_a_source_naming_an_unknown_profile_is_a_config_error(tmp_path: Path, extra: str, key: str) -> None:
-    message = _config_error(_write(tmp_path, _engine() + extra))
+    message = config_error(config_file(tmp_path, _engine() + extra))
     assert key in message
     assert "(profiles: default)" in message
 
 
 def test_a_topic_profile_for_a_topic_not_read_is_a_config_error(tmp_path: Path) -> None:
-    message = _config_error(_write(tmp_path, _engine() + KAFKA + 'topic_profiles = {memos = "default"}\n'))
+    message = config_error(
+        config_file(tmp_path, _engine() + KAFKA + 'topic_profiles = {memos = "default"}\n')
+    )
     assert "topic_profiles names topics that are not input_topics: ['memos']" in message
 
 
 def test_a_missing_instruction_file_names_its_key(tmp_path: Path) -> None:
-    message = _config_error(
-        _write(tmp_path, _engine() + FOLDER + '[profiles.memo]\ninstruction_file = "memo.txt"\n')
+    message = config_error(
+        config_file(tmp_path, _engine() + FOLDER + '[profiles.memo]\ninstruction_file = "memo.txt"\n')
     )
     assert "profiles.memo.instruction_file: Value error, instruction file" in message
     assert "does not exist" in message
@@ -348,8 +339,8 @@ def test_a_missing_instruction_file_names_its_key(tmp_path: Path) -> None:
 
 def test_an_empty_instruction_file_is_a_config_error(tmp_path: Path) -> None:
     (tmp_path / "memo.txt").write_text(" \n")
-    message = _config_error(
-        _write(tmp_path, _engine() + FOLDER + '[profiles.memo]\ninstruction_file = "memo.txt"\n')
+    message = config_error(
+        config_file(tmp_path, _engine() + FOLDER + '[profiles.memo]\ninstruction_file = "memo.txt"\n')
     )
     assert "profiles.memo.instruction_file" in message
     assert "is empty" in message
@@ -368,12 +359,12 @@ def test_an_empty_instruction_file_is_a_config_error(tmp_path: Path) -> None:
 )
 def test_a_bad_profile_section_names_its_key(tmp_path: Path, section: str, problem: str) -> None:
     (tmp_path / "a.txt").write_text("A.")
-    message = _config_error(_write(tmp_path, _engine() + FOLDER + "[profiles.memo]\n" + section))
+    message = config_error(config_file(tmp_path, _engine() + FOLDER + "[profiles.memo]\n" + section))
     assert problem in message
 
 
 def test_a_profile_name_must_be_a_bounded_label(tmp_path: Path) -> None:
-    message = _config_error(_write(tmp_path, _engine() + FOLDER + '[profiles."Legal Brief"]\n'))
+    message = config_error(config_file(tmp_path, _engine() + FOLDER + '[profiles."Legal Brief"]\n'))
     assert "profiles.Legal Brief.[key]" in message
 
 
@@ -429,7 +420,7 @@ def test_profiles_can_be_changed_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DOCSUMD_PROFILES__BRIEF__TEMPERATURE", "0.05")
-    config = load_config(_write(tmp_path, _engine() + FOLDER + "[profiles.brief]\n"))
+    config = load_config(config_file(tmp_path, _engine() + FOLDER + "[profiles.brief]\n"))
     assert config.effective_profiles()["brief"].temperature == 0.05
 
 
@@ -448,7 +439,7 @@ def test_check_config_lists_the_profiles_and_who_uses_them(
         + 'topic_profiles = {papers = "abstract"}\n'
         + "[profiles.brief]\n[profiles.abstract]\ntemperature = 0.1\n"
     )
-    path = _write(tmp_path, text)
+    path = config_file(tmp_path, text)
     assert main(["check-config", str(path)]) == 0
     captured = capsys.readouterr()
     printed = json.loads(captured.out)
@@ -473,7 +464,7 @@ def test_check_config_lists_the_profiles_and_who_uses_them(
 def test_summarize_refuses_an_unknown_profile_before_anything_starts(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = _write(tmp_path, _engine() + FOLDER + "[profiles.brief]\n")
+    path = config_file(tmp_path, _engine() + FOLDER + "[profiles.brief]\n")
     document = tmp_path / "a.txt"
     document.write_text("Some text.")
     assert main(["summarize", "--config", str(path), "--profile", "legal", str(document)]) == 2

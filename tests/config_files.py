@@ -1,0 +1,24 @@
+"""Config files for tests of loading and validation: write one, load it, read the error it gives."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from daemon.config import load_config
+from daemon.errors import ConfigError
+
+
+def config_file(tmp_path: Path, text: str) -> Path:
+    """``text`` as ``docsumd.toml`` in ``tmp_path``."""
+    path = tmp_path / "docsumd.toml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def config_error(path: Path) -> str:
+    """The message of the :class:`ConfigError` that loading ``path`` must raise."""
+    with pytest.raises(ConfigError) as caught:
+        load_config(path)
+    return str(caught.value)

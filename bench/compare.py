@@ -100,17 +100,22 @@ class DaemonRun:
     engine_start_s: float | None = None
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--workload", choices=("corpus", "mixed"), default="corpus")
+def add_workload_arguments(parser: argparse.ArgumentParser, *, default_workload: str) -> None:
+    """The options that choose a workload and where results go (shared with bench/scale.py)."""
+    parser.add_argument("--workload", choices=("corpus", "mixed"), default=default_workload)
     parser.add_argument("--docs", type=Path, default=REPO.parent / "shared" / "corpus" / "docs")
     parser.add_argument("--config", type=Path, default=REPO / "docsumd.toml")
     parser.add_argument("--json", type=Path, default=None, help="write the result here (default: print only)")
     parser.add_argument("--copies", type=int, default=1, help="corpus: distinct copies of each document")
     parser.add_argument("--count", type=int, default=60, help="mixed: number of documents")
     parser.add_argument("--seed", type=int, default=7)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    add_workload_arguments(parser, default_workload="corpus")
     parser.add_argument("--fifo", action="store_true", help="also run the daemon with admission off")
     parser.add_argument("--no-raw", action="store_true", help="skip the raw vLLM run")
     parser.add_argument(

@@ -73,7 +73,13 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa:
 from aiokafka.partitioner import murmur2  # noqa: E402
 
 # The single-daemon benchmark's workload, percentiles and environment: one definition of each.
-from bench.compare import SHORT_MAX_TOKENS, _environment, _percentile, _workload  # noqa: E402
+from bench.compare import (  # noqa: E402
+    SHORT_MAX_TOKENS,
+    _environment,
+    _percentile,
+    _workload,
+    add_workload_arguments,
+)
 from daemon.config import Config, load_config  # noqa: E402
 from daemon.engine import load_tokenizer  # noqa: E402
 from tests.e2e.harness import DaemonProcess, Layout, free_port, wait_for  # noqa: E402
@@ -176,13 +182,7 @@ def _parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--workload", choices=("corpus", "mixed"), default="mixed")
-    parser.add_argument("--docs", type=Path, default=REPO.parent / "shared" / "corpus" / "docs")
-    parser.add_argument("--config", type=Path, default=REPO / "docsumd.toml")
-    parser.add_argument("--json", type=Path, default=None, help="write the result here (default: print only)")
-    parser.add_argument("--copies", type=int, default=1, help="corpus: distinct copies of each document")
-    parser.add_argument("--count", type=int, default=60, help="mixed: number of documents")
-    parser.add_argument("--seed", type=int, default=7)
+    add_workload_arguments(parser, default_workload="mixed")
     parser.add_argument("--partitions", type=int, default=4, help="partitions of the input topic (default)")
     parser.add_argument(
         "--run",

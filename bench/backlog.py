@@ -69,6 +69,8 @@ class RunResult:
     health: list[float] = field(default_factory=list)
     health_before_ready: list[float] = field(default_factory=list)
     health_failures: int = 0
+    ready_wall: float | None = None  # time.time() at ready
+    slow_answers: list[tuple[float, float]] = field(default_factory=list)  # (time.time(), seconds)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +85,12 @@ class RunResult:
             "engine_rss_mib_max": round(self.engine_rss_mib_max, 1),
             "healthz_after_ready": {**_latencies(self.health), "failed": self.health_failures},
             "healthz_engine_starting": _latencies(self.health_before_ready),
+            # When the answers over 100 ms came (seconds after ready) and how long they took (ms):
+            # lined up with the daemon's log, they show what held its event loop.
+            "healthz_slow_after_ready": [
+                [round(at - (self.ready_wall or at), 1), round(1000 * seconds, 1)]
+                for at, seconds in self.slow_answers
+            ],
         }
 
 
@@ -277,6 +285,7 @@ def _wait_ready(
             connection.request("GET", "/readyz")
             if connection.getresponse().status == 200:
                 result.ready_s = round(time.monotonic() - started, 2)
+                result.ready_wall = time.time()
                 result.rss_mib_at_ready = round(probe.rss_now() / 2**20, 1)
                 return
         time.sleep(0.2)
@@ -359,9 +368,10 @@ class _Probe:
             ready = ready or status == 200
             if ready:
                 after = self.result.ready_s is not None
-                (self.result.health if after else self.result.health_before_ready).append(
-                    time.monotonic() - started
-                )
+                latency = time.monotonic() - started
+                (self.result.health if after else self.result.health_before_ready).append(latency)
+                if after and latency > 0.1:
+                    self.result.slow_answers.append((time.time(), latency))
 
 
 def _environment(args: argparse.Namespace) -> dict[str, Any]:

@@ -37,9 +37,14 @@ async def test_stopped_engine_cannot_start_again(tmp_path: Path) -> None:
         await engine.start()
 
 
-def test_engine_args_carry_the_config() -> None:
+def test_engine_args_carry_the_config(tmp_path: Path) -> None:
+    # An existing folder: with huggingface_hub in offline mode (which the CLI turns on, and which
+    # sticks once another test in this process imported it so), vLLM resolves a model path that does
+    # not exist as a hub id and refuses "/m".
+    model = tmp_path / "m"
+    model.mkdir()
     config = EngineConfig(
-        model="/m",
+        model=str(model),
         max_model_len=8192,
         max_num_seqs=7,
         max_num_batched_tokens=2048,

@@ -12,6 +12,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -135,6 +136,72 @@ async def test_startup_scan_hands_out_existing_files_oldest_first(tmp_path: Path
         finally:
             await collector.close()
     assert ids == ["b.txt", "a.txt", "c.txt"]
+
+
+async def test_a_large_inbox_is_scanned_and_settled_without_holding_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """/healthz answers on the same loop: the scan and the settling pass must yield to it now and then.
+    A ticker records the source's queues at each turn it gets; with a slice of 16 names and 200 files
+    it must have run while the scan had added only some names, and while settling had moved only some
+    to the ready queue."""
+    monkeypatch.setattr(folder_module, "LOOP_SLICE", 16)
+    config = make_config(tmp_path)
+    count = 200
+    for number in range(count):
+        write_old(config.inbox / f"doc-{number:03}.txt", age=1000 - number)
+    source = make_source(config)
+    seen: list[tuple[int, int]] = []  # names settling, ready
+
+    async def tick() -> None:
+        while True:
+            seen.append((len(source._settling), len(source._ready)))
+            await asyncio.sleep(0)
+
+    ticker = asyncio.create_task(tick())
+    try:
+        async with source:
+            collector = Collector(source)
+            try:
+                ids = [(await collector.next()).id for _ in range(count)]
+            finally:
+                await collector.close()
+    finally:
+        ticker.cancel()
+    assert ids == [f"doc-{number:03}.txt" for number in range(count)]
+    # Bounds with room: other names (the work folder) may pass through the queues for a moment.
+    some, most = count // 10, count - count // 10
+    assert any(some < settling < most and not ready for settling, ready in seen), "the scan held the loop"
+    assert any(settling > some and ready > some for settling, ready in seen), "settling held the loop"
+
+
+async def test_settling_looks_at_a_bounded_batch_of_the_oldest_names(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a backlog larger than SETTLE_BATCH, each settling pass stats at most that many names, the
+    oldest first, so the first document is handed out without statting the whole backlog."""
+    monkeypatch.setattr(folder_module, "SETTLE_BATCH", 30)
+    config = make_config(tmp_path)
+    count = 100
+    for number in range(count):
+        write_old(config.inbox / f"doc-{number:03}.txt", age=1000 - number)
+    statted: list[list[str]] = []
+    lstat_all = FolderSource._lstat_all
+
+    def spying_lstat_all(self: FolderSource, names: list[str]) -> list[Any]:
+        statted.append(list(names))
+        return lstat_all(self, names)
+
+    monkeypatch.setattr(FolderSource, "_lstat_all", spying_lstat_all)
+    async with make_source(config) as source:
+        collector = Collector(source)
+        try:
+            ids = [(await collector.next()).id for _ in range(count)]
+        finally:
+            await collector.close()
+    assert ids == [f"doc-{number:03}.txt" for number in range(count)]
+    assert statted[0] == [f"doc-{number:03}.txt" for number in range(30)]
+    assert max(len(names) for names in statted) == 30
 
 
 async def test_startup_scan_ignores_hidden_temporary_and_non_regular_entries(tmp_path: Path) -> None:

@@ -51,7 +51,7 @@ import itertools
 import os
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
 from stat import S_ISREG
 from typing import Final, TypeVar
@@ -96,15 +96,29 @@ SCAN_RETRY_SECONDS: Final = 1.0
 WATCH_RETRY_SECONDS: Final = 0.5
 """A failed inbox watcher is started again after this pause, doubling while it keeps failing..."""
 WATCH_RETRY_MAX_SECONDS: Final = 10.0
+"""...up to this long."""
 LOOP_SLICE: Final = 2048
 """Names handled on the event loop between two yields to it: an inbox of 100,000 files must not hold
 the loop (and /healthz) for the whole scan (about 0.3 s on a small machine, measured by
 bench/backlog.py)."""
 SETTLE_BATCH: Final = 4096
 """Names looked at (statted) per settling pass, oldest first."""
-"""...up to this long."""
 
 _Stat = tuple[int, int, int]  # (mode, size, mtime_ns) of an lstat
+
+
+async def _in_slices(items: Iterable[T]) -> AsyncIterator[T]:
+    """``items``, giving the event loop a turn after every :data:`LOOP_SLICE` of them."""
+    for index, item in enumerate(items, start=1):
+        yield item
+        if index % LOOP_SLICE == 0:
+            await asyncio.sleep(0)
+
+
+def _popped_in_order(heap: list[tuple[int, str]]) -> Iterator[tuple[int, str]]:
+    """Empty ``heap`` smallest first, one item per step (no single long sort)."""
+    while heap:
+        yield heapq.heappop(heap)
 
 
 class FolderSource(Lifecycle):
@@ -228,12 +242,8 @@ class FolderSource(Lifecycle):
             return
         # Oldest first, taken from a heap a slice at a time: sorting 100,000 names in one call holds
         # the GIL (and so the event loop, even from a thread) for 0.15 s on a small machine.
-        added = 0
-        while found:
-            self._add(heapq.heappop(found)[1])
-            added += 1
-            if added % LOOP_SLICE == 0:
-                await asyncio.sleep(0)
+        async for _, name in _in_slices(_popped_in_order(found)):
+            self._add(name)
 
     def _list_inbox(self) -> list[tuple[int, str]]:
         """``(mtime_ns, name)`` of every regular file in the inbox with a document's name, as a heap
@@ -334,10 +344,8 @@ class FolderSource(Lifecycle):
             return
         now = time.monotonic()
         wall_now = time.time()
-        for index, (name, found) in enumerate(zip(names, stats, strict=True), start=1):
-            if index % LOOP_SLICE == 0:
-                await asyncio.sleep(0)
-            if name not in self._settling:
+        async for name, found in _in_slices(zip(names, stats, strict=True)):
+            if name not in self._settling:  # gone while the loop had its turn
                 continue
             if found is None or not S_ISREG(found[0]):
                 # Gone, or not a document (a folder, link or FIFO): forgotten, so that a later event

@@ -85,6 +85,50 @@ async def produce(
         await producer.stop()
 
 
+class _RawName(str):
+    """A header name whose UTF-8 form is whatever bytes it was made from (aiokafka's pure-Python batch
+    builder encodes names with ``str.encode``): how a test forges what another client could send."""
+
+    raw: bytes
+
+    def __new__(cls, raw: bytes) -> _RawName:
+        name = super().__new__(cls, "x" * len(raw))
+        name.raw = raw
+        return name
+
+    def encode(self, encoding: str = "utf-8", errors: str = "strict") -> bytes:
+        return self.raw
+
+
+RawMessage = tuple[bytes | None, bytes | None, Sequence[tuple[bytes, bytes | None]]]
+"""A message whose header names are raw bytes, UTF-8 or not."""
+
+
+async def produce_batch(
+    bootstrap: str, topic: str, messages: Sequence[RawMessage], partition: int = 0
+) -> int:
+    """Write ``messages`` as one record batch, header names byte for byte (Kafka's brokers do not
+    check that they are UTF-8); return the batch's first offset."""
+    from aiokafka.record.default_records import _DefaultRecordBatchBuilderPy
+
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        batch = producer.create_batch()
+        # Forging on purpose: the pure-Python builder writes the names given as they encode.
+        batch._builder = _DefaultRecordBatchBuilderPy(
+            2, 0, is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=0, batch_size=1 << 20
+        )
+        for key, value, headers in messages:
+            named = [(_RawName(name), header) for name, header in headers]
+            assert batch.append(timestamp=None, key=key, value=value, headers=named) is not None
+        batch.close()
+        sent = await producer.send_batch(batch, topic, partition=partition)
+        return int((await sent).offset)
+    finally:
+        await producer.stop()
+
+
 async def read_all(
     bootstrap: str,
     topic: str,

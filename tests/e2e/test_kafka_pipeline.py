@@ -31,6 +31,7 @@ from tests.kafka_broker import (
     committed_offsets,
     create_topics,
     produce,
+    produce_batch,
     read_all,
 )
 
@@ -84,13 +85,17 @@ def test_kafka_end_to_end(
     daemon = start_daemon()
     daemon.wait_ready()
     asyncio.run(produce(kafka_broker.bootstrap, topics.input, good[2:] + bad[2:]))
+    # A header name that is not UTF-8: the Kafka client cannot decode the record (see undecodable.py).
+    forged = [(b"forged", b"Some text.", [(b"\xc3\x28", b"v")])]
+    forged_at = asyncio.run(produce_batch(kafka_broker.bootstrap, topics.input, forged, partition=1))
+    expected_reasons[f"{topics.input}-1-{forged_at}"] = "invalid_message"
     # The folder source runs beside it, on the same engine.
     drop_file(layout.inbox, "folder-doc.txt", corpus_text(corpus, "legal-cal-ms-rl.txt"))
 
     def finished() -> bool:
         return len(_records(kafka_broker, topics.output)) >= len(good) and len(
             _records(kafka_broker, topics.dead)
-        ) >= len(bad)
+        ) >= len(expected_reasons)
 
     wait_for(finished, 300, "every Kafka input to have a result or a dead letter", interval=1.0)
     wait_for(
@@ -100,7 +105,7 @@ def test_kafka_end_to_end(
 
     _, metrics = daemon.http_get("/metrics")
     assert f'docsumd_documents_total{{outcome="ok",source="kafka"}} {float(len(good))}' in metrics
-    assert 'docsumd_documents_total{outcome="invalid_message",source="kafka"} 1.0' in metrics
+    assert 'docsumd_documents_total{outcome="invalid_message",source="kafka"} 2.0' in metrics
     assert 'docsumd_documents_total{outcome="ok",source="folder"} 1.0' in metrics
 
     def lag_is_zero() -> bool:

@@ -17,7 +17,14 @@ from daemon.errors import DocumentError
 from daemon.sinks.kafka import KafkaSink
 from daemon.sources.kafka import KafkaSource, parse_message
 from daemon.work import WorkItem
-from tests.kafka_broker import KafkaBroker, committed_offsets, create_topics, produce, read_all
+from tests.kafka_broker import (
+    KafkaBroker,
+    committed_offsets,
+    create_topics,
+    produce,
+    produce_batch,
+    read_all,
+)
 
 pytestmark = pytest.mark.kafka
 
@@ -134,6 +141,72 @@ async def test_out_of_order_acks_commit_the_finished_prefix_and_dead_letters(
     assert letters[b"d"]["payload_bytes"] == 5000
     assert letters[b"d"]["payload_truncated"] is True
     assert letters[b"d"]["payload"] == "y" * 100
+
+
+async def test_a_record_the_client_cannot_decode_is_a_dead_letter_and_never_read_again(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """A header name that is not UTF-8 (brokers accept it) makes aiokafka's decoder raise inside every
+    fetch of its partition, on every start. The rest of its record batch becomes one dead letter; the
+    records before it in the batch, and everything after the batch, come through."""
+    config = _config(kafka_broker)
+    topic = config.input_topics[0]
+    await create_topics(kafka_broker.bootstrap, [topic, config.output_topic, config.dead_letter_topic])
+    await produce(kafka_broker.bootstrap, topic, [(b"a", b"doc a", [])])  # offset 0, its own batch
+    first = await produce_batch(
+        kafka_broker.bootstrap,
+        topic,
+        [
+            (b"b", b"doc b", [(b"trace", b"ok")]),  # offset 1
+            (b"c", b"doc c", [(b"\xff\xfename", b"v")]),  # offset 2: the client cannot decode it
+            (b"d", b"doc d", []),  # offset 3: after it in the same batch, skipped with it
+        ],
+    )
+    assert first == 1
+    await produce(kafka_broker.bootstrap, topic, [(b"e", b"doc e", [])])  # offset 4
+    source = KafkaSource(config, KafkaSink(config), max_input_bytes=1 << 20)
+    async with source:
+        items = source.items()
+        taken = await _take(items, 4)
+        assert [i.id for i in taken] == ["a", "b", f"{topic}-0-3", "e"]
+        a, b, skipped, e = taken
+        assert b.metadata["headers"] == {"trace": "ok"}
+        with pytest.raises(DocumentError) as refused:
+            await skipped.load()
+        assert refused.value.reason == "invalid_message"
+        assert "offsets 2-3" in str(refused.value)
+        assert "UnicodeDecodeError" in str(refused.value)
+        for item in (a, b, e):
+            await item.complete({"id": item.id, "model": "m", "prompt_version": "v"})
+        await skipped.fail({"id": skipped.id, "reason": "invalid_message", "message": str(refused.value)})
+
+        async def all_committed() -> None:
+            while (await committed_offsets(kafka_broker.bootstrap, config.group_id, topic))[0] != 5:  # noqa: ASYNC110
+                await asyncio.sleep(0.2)
+
+        await asyncio.wait_for(all_committed(), 15)
+        await items.aclose()  # type: ignore[attr-defined]
+    letters = await read_all(kafka_broker.bootstrap, config.dead_letter_topic)
+    assert len(letters) == 1
+    letter = json.loads(letters[0].value)
+    assert (letter["reason"], letter["topic"], letter["partition"], letter["offset"]) == (
+        "invalid_message",
+        topic,
+        0,
+        3,
+    )
+    assert sorted(r.key for r in await read_all(kafka_broker.bootstrap, config.output_topic)) == [
+        b"a",
+        b"b",
+        b"e",
+    ]
+    # A restart reads on from the committed offset: the batch is not read again.
+    await produce(kafka_broker.bootstrap, topic, [(b"f", b"doc f", [])])
+    async with KafkaSource(config, KafkaSink(config), max_input_bytes=1 << 20) as again:
+        items = again.items()
+        (f,) = await _take(items, 1)
+        assert f.id == "f"
+        await items.aclose()  # type: ignore[attr-defined]
 
 
 async def test_full_buffer_pauses_partitions_and_room_resumes_them(kafka_broker: KafkaBroker) -> None:

@@ -9,7 +9,9 @@ work item's metadata, so they reach the result record. A malformed message (bad 
 too deeply to parse, no text, a tombstone, a header whose value is null) fails with reason
 ``invalid_message``; a value over ``max_message_bytes``, a key or id over ``max_key_bytes`` or headers
 over ``max_header_bytes`` with ``too_large``. None ever stops its partition: all become dead letters
-and the offset moves on.
+and the offset moves on. So does a record the Kafka client itself cannot decode (a header name that
+is not UTF-8, which brokers do not check): the rest of its record batch becomes one dead letter
+naming the offsets skipped (:mod:`~daemon.sources.kafka.undecodable`).
 
 **Output.** :class:`~daemon.sinks.kafka.KafkaSink`: results to ``output_topic`` (key: the document
 id; value: the same record as the folder's result file; headers: the input's, plus ``model`` and

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -33,11 +34,14 @@ from daemon.sources.kafka.messages import (
     ParsedMessage,
     dead_letter_output,
     message_bytes,
+    message_coordinates,
     message_metadata,
     read_message,
     result_output,
 )
 from daemon.sources.kafka.offsets import OffsetBook, PartitionOffsets
+from daemon.sources.kafka.undecodable import install as install_tolerant_decoding
+from daemon.sources.kafka.undecodable import undecodable
 from daemon.work import WorkItem
 
 # One logger for the whole package, named as before it was one: log queries keep matching.
@@ -57,6 +61,26 @@ class _Entry:
     message: ConsumerRecord[bytes, bytes]
     size: int
     """The message's bytes (key, value, headers): what it weighs in the local buffer."""
+    refusal: ParsedMessage | None = None
+    """Set for a stand-in for records the client could not decode (:mod:`.undecodable`)."""
+
+
+def _entry(partition: TopicPartition, tracker: PartitionOffsets, message: ConsumerRecord[Any, Any]) -> _Entry:
+    """A fetched message as the buffer holds it; a stand-in for undecodable records becomes a refusal
+    (its value, not bytes, is dropped so that every output sees an ordinary message without one)."""
+    skipped = undecodable(message)
+    if skipped is None:
+        return _Entry(partition, tracker, message, message_bytes(message))
+    log.error(
+        "records the Kafka client cannot decode: skipped, with a dead letter",
+        partition=f"{message.topic}-{message.partition}",
+        first_offset=skipped.first_offset,
+        last_offset=skipped.last_offset,
+        error=skipped.error,
+    )
+    message = dataclasses.replace(message, value=None, key=None, headers=())
+    refusal = ParsedMessage(message_coordinates(message), error=skipped.refusal())
+    return _Entry(partition, tracker, message, 0, refusal)
 
 
 class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -144,6 +168,7 @@ class KafkaSource(Lifecycle):
         """A consumer of the input topics, subscribed (with our rebalance listener), not started.
         Auto-commit is off (the committer commits); reads see only committed transactions."""
         config = self.config
+        install_tolerant_decoding()  # one undecodable record must not stop the consumer for good
         consumer = AIOKafkaConsumer(
             **config.client_options(),
             group_id=config.group_id,
@@ -226,7 +251,7 @@ class KafkaSource(Lifecycle):
             self._buffered_bytes -= entry.size
             self._report_buffer()
             self._room.set()
-            parsed = await read_message(entry.message, self._limits)
+            parsed = entry.refusal or await read_message(entry.message, self._limits)
             if entry.tracker.revoked:
                 continue  # the partition was taken away meanwhile; its new owner reads it again
             yield self._work_item(entry, parsed)
@@ -320,7 +345,7 @@ class KafkaSource(Lifecycle):
             except ValueError:
                 log.warning("skipping a message fetched twice", topic=message.topic, offset=message.offset)
                 continue
-            entry = _Entry(partition, tracker, message, message_bytes(message))
+            entry = _entry(partition, tracker, message)
             self._buffer.append(entry)
             self._buffered_bytes += entry.size
         self._next_fetch[partition] = messages[-1].offset + 1

@@ -98,6 +98,8 @@ class DaemonRun:
     results: dict[str, dict[str, Any]] = field(default_factory=dict)
     peak_rss: int = 0
     engine_start_s: float | None = None
+    light_waves: float = 0.0
+    light_wave_seconds: float = 0.0
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, default_workload: str) -> None:
@@ -382,14 +384,28 @@ async def _folder_pass(
     )
     run = DaemonRun(label=plan.label)
     sampler = _RssSampler()
+    waves_before = _wave_counters()
     with sampler:
         await _serve_async(run_config, len(docs), run, RecordingEngine(engine, run, shared=True))
     run.peak_rss = sampler.peak
+    run.light_waves, run.light_wave_seconds = (
+        after - before for after, before in zip(_wave_counters(), waves_before, strict=True)
+    )
     for path in (folder / "outbox").glob("*.summary.json"):
         record = json.loads(path.read_text(encoding="utf-8"))
         run.results[record["id"]] = record
     print(f"daemon ({run.label}): {len(run.finished_at)} documents", file=sys.stderr)
     return run
+
+
+def _wave_counters() -> tuple[float, float]:
+    """The admission's light-wave counters (this process's metrics): waves started, their seconds."""
+    from prometheus_client import REGISTRY
+
+    return (
+        REGISTRY.get_sample_value("docsumd_admission_light_waves_total") or 0.0,
+        REGISTRY.get_sample_value("docsumd_admission_light_wave_seconds_total") or 0.0,
+    )
 
 
 def _run_kafka(config: Config, docs: list[tuple[str, str]], folder: Path, partitions: int) -> DaemonRun:
@@ -731,6 +747,8 @@ def _run_stats(run: DaemonRun, lengths: dict[str, int]) -> dict[str, Any]:
         "failures": failures,
         "cached_prompt_tokens": sum(record["cached_prompt_tokens"] for record in run.results.values()),
         "peak_rss_mib": round(run.peak_rss / 2**20, 1),
+        "light_waves": int(run.light_waves),
+        "light_wave_seconds": round(run.light_wave_seconds, 1),
     }
 
 

@@ -20,9 +20,15 @@ front of the engine and decides what vLLM holds, in five rules:
    (:meth:`SlotHandle.prefill_done`). The engine always has full steps of prefill to do, but never
    a backlog of it that a light request arriving later would have to wait behind, and the order is
    decided at the last moment, when the most requests are known.
-4. **Light waves.** When at least ``wave_min_requests`` light requests are in the engine, heavy
-   requests wait until fewer are: those light requests decode in light steps instead of crawling
-   beside long prefills. Light requests join a wave while it is forming (one of its requests still
+4. **Light waves.** When at least ``wave_min_requests`` light requests that are not combine steps
+   are in the engine, heavy requests wait until fewer are: those light requests decode in light
+   steps instead of crawling beside long prefills. A wave costs throughput (its decode-only steps
+   do little work next to a prefill step), which is worth paying for requests that are a whole
+   document, whose latency is their decoding; a combine step ends a document that has already
+   waited for the prefill of all its parts, so a wave would save it a small part of its latency at
+   the same cost. Combine steps therefore join waves (and go first) but do not make one: on a CPU
+   engine, where only combine steps were light, their waves cost 1-3% of throughput for no gain
+   (bench/RESULTS.md). Light requests join a wave while it is forming (one of its requests still
    prefilling); once all of them decode, later light requests wait for the next wave while heavy
    requests wait too (their prefill would slow every decoding step, and the wave that ends sooner
    lets the heavy work resume sooner; with no heavy request waiting they join whenever there is
@@ -53,7 +59,14 @@ from typing import Final
 
 from daemon.config import AdmissionConfig, EngineConfig
 from daemon.logging import get_logger
-from daemon.metrics import ADMISSION_WAIT, ADMISSION_WAITING, ENGINE_INFLIGHT_REQUESTS, ENGINE_INFLIGHT_TOKENS
+from daemon.metrics import (
+    ADMISSION_WAIT,
+    ADMISSION_WAITING,
+    ADMISSION_WAVE_SECONDS,
+    ADMISSION_WAVES,
+    ENGINE_INFLIGHT_REQUESTS,
+    ENGINE_INFLIGHT_TOKENS,
+)
 
 log = get_logger(__name__)
 
@@ -102,6 +115,7 @@ class _Waiter:
     light: bool = field(compare=False)
     arrived_at: float = field(compare=False)
     granted: asyncio.Future[None] | None = field(default=None, compare=False)
+    wave_member: bool = field(default=False, compare=False)  # light and not urgent: counts toward a wave
     gone: bool = field(default=False, compare=False)  # left the queue: granted or cancelled
     admitted: bool = field(default=False, compare=False)
     prefilled: bool = field(default=False, compare=False)
@@ -137,6 +151,9 @@ class Admission:
         """Prompt tokens of admitted requests whose prefill is not done yet."""
         self.light_inflight = 0
         self.light_prefilling = 0
+        self.wave_members = 0
+        """Light requests in the engine that are not combine steps: what makes a wave."""
+        self._wave_since: float | None = None
         self._light: list[_Waiter] = []
         self._heavy: list[_Waiter] = []
         self._waiting_light = 0
@@ -161,8 +178,8 @@ class Admission:
 
     @property
     def protecting(self) -> bool:
-        """Whether a light wave is decoding: heavy requests wait unless aged."""
-        return self.light_inflight >= self.limits.wave_min_requests
+        """Whether a light wave is in the engine: heavy requests wait unless aged."""
+        return self.wave_members >= self.limits.wave_min_requests
 
     def is_light(self, prompt_tokens: int) -> bool:
         """Whether a prompt of this length makes a light request."""
@@ -200,12 +217,14 @@ class Admission:
             self._release(waiter)
 
     def _new_waiter(self, cost: int, prompt: int, *, urgent: bool, arrived_at: float) -> _Waiter:
+        light = self.is_light(prompt)
         return _Waiter(
             key=(0 if urgent else 1, arrived_at, next(self._sequence)),
             cost=cost,
             prompt_tokens=prompt,
-            light=self.is_light(prompt),
+            light=light,
             arrived_at=arrived_at,
+            wave_member=light and not urgent,
         )
 
     async def _wait_turn(self, waiter: _Waiter) -> None:
@@ -334,8 +353,20 @@ class Admission:
         if waiter.light:
             self.light_inflight += 1
             self.light_prefilling += 1
+        if waiter.wave_member:
+            self.wave_members += 1
+            self._count_wave()
         ENGINE_INFLIGHT_REQUESTS.set(self.inflight_requests)
         ENGINE_INFLIGHT_TOKENS.set(self.inflight_tokens)
+
+    def _count_wave(self) -> None:
+        """Count waves and their seconds (they cost throughput: operators and the benchmark see both)."""
+        if self.protecting and self._wave_since is None:
+            self._wave_since = self._clock()
+            ADMISSION_WAVES.inc()
+        elif not self.protecting and self._wave_since is not None:
+            ADMISSION_WAVE_SECONDS.inc(max(0.0, self._clock() - self._wave_since))
+            self._wave_since = None
 
     def _prefill_done(self, waiter: _Waiter) -> None:
         if not waiter.admitted or waiter.prefilled:
@@ -358,6 +389,9 @@ class Admission:
         self.inflight_tokens -= waiter.cost
         if waiter.light:
             self.light_inflight -= 1
+        if waiter.wave_member:
+            self.wave_members -= 1
+            self._count_wave()
         ENGINE_INFLIGHT_REQUESTS.set(self.inflight_requests)
         ENGINE_INFLIGHT_TOKENS.set(self.inflight_tokens)
         if self.enabled:

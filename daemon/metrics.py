@@ -70,6 +70,15 @@ ADMISSION_WAIT = Histogram(
     "Time an engine request waited for admission.",
     buckets=(0.001, 0.01, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600),
 )
+ADMISSION_WAVES = Counter(
+    "docsumd_admission_light_waves_total",
+    "Light waves started: enough light requests in the engine that heavy prefill waits for them.",
+)
+ADMISSION_WAVE_SECONDS = Counter(
+    "docsumd_admission_light_wave_seconds_total",
+    "Seconds a light wave was in the engine (heavy requests waited unless aged); each ended wave adds "
+    "its length.",
+)
 ENGINE_INFLIGHT_REQUESTS = Gauge("docsumd_engine_inflight_requests", "Requests admitted to the engine.")
 ENGINE_INFLIGHT_TOKENS = Gauge(
     "docsumd_engine_inflight_tokens",

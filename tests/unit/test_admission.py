@@ -12,6 +12,7 @@ import asyncio
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from daemon.admission import Admission, AdmissionLimits, SlotHandle, admission_limits
 from daemon.config import AdmissionConfig, EngineConfig
@@ -127,8 +128,9 @@ def assert_empty(admission: Admission) -> None:
         admission.unprefilled_tokens,
         admission.light_inflight,
         admission.light_prefilling,
+        admission.wave_members,
     )
-    assert counters == (0, 0, 0, 0, 0, 0)
+    assert counters == (0, 0, 0, 0, 0, 0, 0)
 
 
 # -- bounds ----------------------------------------------------------------------------------------
@@ -416,6 +418,52 @@ async def test_with_no_heavy_work_waiting_light_requests_join_a_decoding_wave() 
     await asyncio.wait_for(late.admitted.wait(), WAIT)  # plain continuous batching
     for request in (*wave, late):
         await request.release()
+    assert_empty(admission)
+
+
+async def test_combine_steps_join_a_wave_but_do_not_make_one() -> None:
+    admission = make_admission(wave_min_requests=2)
+    log: list[str] = []
+    combines = [light(admission, f"combine{n}", log, urgent=True, arrived_at=float(n)) for n in range(3)]
+    await settle()
+    queued_heavy = heavy(admission, "heavy", log, arrived_at=0.5)
+    await asyncio.wait_for(queued_heavy.admitted.wait(), WAIT)  # three light combine steps: no wave
+    assert not admission.protecting
+    assert admission.light_inflight == 3
+    assert admission.wave_members == 0
+    # Two short documents make a wave; a combine step joins it while it forms.
+    shorts = [light(admission, f"short{n}", log, arrived_at=10.0 + n) for n in range(2)]
+    await settle()
+    assert admission.protecting
+    joiner = light(admission, "combine-joins", log, urgent=True, arrived_at=12.0)
+    await asyncio.wait_for(joiner.admitted.wait(), WAIT)
+    later_heavy = heavy(admission, "later-heavy", log, arrived_at=13.0)
+    await settle()
+    assert "later-heavy" not in log  # the wave holds heavy prefill back
+    for request in shorts:
+        request.prefilled()
+        await request.release()
+    await asyncio.wait_for(later_heavy.admitted.wait(), WAIT)
+    for request in (*combines, joiner, queued_heavy, later_heavy):
+        await request.release()
+    assert_empty(admission)
+
+
+async def test_waves_are_counted_with_their_seconds() -> None:
+    clock = Clock()
+    admission = make_admission(wave_min_requests=2, clock=clock)
+    waves = REGISTRY.get_sample_value("docsumd_admission_light_waves_total") or 0.0
+    seconds = REGISTRY.get_sample_value("docsumd_admission_light_wave_seconds_total") or 0.0
+    log: list[str] = []
+    wave = [light(admission, f"l{n}", log, arrived_at=0.0) for n in range(3)]
+    await settle()
+    assert REGISTRY.get_sample_value("docsumd_admission_light_waves_total") == waves + 1
+    clock.now = 7.5
+    await wave[0].release()
+    await wave[1].release()  # one left, below wave_min: the wave is over
+    assert REGISTRY.get_sample_value("docsumd_admission_light_wave_seconds_total") == seconds + 7.5
+    await wave[2].release()
+    assert REGISTRY.get_sample_value("docsumd_admission_light_waves_total") == waves + 1
     assert_empty(admission)
 
 

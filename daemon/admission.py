@@ -360,7 +360,10 @@ class Admission:
         ENGINE_INFLIGHT_TOKENS.set(self.inflight_tokens)
 
     def _count_wave(self) -> None:
-        """Count waves and their seconds (they cost throughput: operators and the benchmark see both)."""
+        """Count waves and their seconds (they cost throughput: operators and the benchmark see both).
+        With admission off nothing waits for a wave, so there are none to count."""
+        if not self.enabled:
+            return
         if self.protecting and self._wave_since is None:
             self._wave_since = self._clock()
             ADMISSION_WAVES.inc()

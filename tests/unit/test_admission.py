@@ -465,6 +465,12 @@ async def test_waves_are_counted_with_their_seconds() -> None:
     await wave[2].release()
     assert REGISTRY.get_sample_value("docsumd_admission_light_waves_total") == waves + 1
     assert_empty(admission)
+    off = make_admission(wave_min_requests=2, enabled=False)  # FIFO: nothing waits for a wave
+    fifo = [light(off, f"f{n}", log, arrived_at=0.0) for n in range(3)]
+    await settle()
+    for request in fifo:
+        await request.release()
+    assert REGISTRY.get_sample_value("docsumd_admission_light_waves_total") == waves + 1
 
 
 async def test_few_light_requests_run_beside_heavy_work() -> None:

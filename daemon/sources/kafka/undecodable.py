@@ -17,9 +17,9 @@ into a dead letter (``invalid_message``, naming the offsets), and committing it 
 offset past the whole batch, so a restart never reads it again.
 
 This replaces one name in ``aiokafka.consumer.fetcher`` (the ``MemoryRecords`` it builds its record
-sets with); :func:`installed` says whether it took, and the tests check both with a real broker and
-a forged record. Other decoding failures (a compression codec that is not installed, for one) are
-not the input's fault and still stop the consumer.
+sets with); the tests check it with a real broker and a forged record. Other decoding failures
+(a compression codec that is not installed, for one) are not the input's fault and still stop the
+consumer.
 """
 
 from __future__ import annotations
@@ -148,11 +148,6 @@ class _TolerantRecords:
 def install() -> None:
     """Make aiokafka's fetcher read batches through :class:`_TolerantRecords`. Idempotent."""
     _fetcher.MemoryRecords = _TolerantRecords
-
-
-def installed() -> bool:
-    """Whether :func:`install` is in effect."""
-    return _fetcher.MemoryRecords is _TolerantRecords
 
 
 def undecodable(message: Any) -> UndecodableRecords | None:

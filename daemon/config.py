@@ -327,8 +327,10 @@ class LimitsConfig(_Section):
     )
 
 
-DEFAULT_WORK_FOLDER = ".docsumd-work"
-"""The work folder's name inside the inbox when ``sources.folder.work`` is not set."""
+DEFAULT_WORK_FOLDER = ".{inbox}.docsumd-work"
+"""The work folder's name beside the inbox (``{inbox}``: the inbox's name) when ``sources.folder.work``
+is not set: outside the inbox, so no inbox writer can rename, replace or pre-create it, and on the
+same file system as long as the inbox is not a mount point itself."""
 
 
 class FolderSourceConfig(_Section):
@@ -341,8 +343,8 @@ class FolderSourceConfig(_Section):
     work: Path | None = Field(
         default=None,
         description="The private folder inputs are claimed into (one atomic rename) while they are in "
-        f"flight; default INBOX/{DEFAULT_WORK_FOLDER}. It must be on the inbox's file system; inside the "
-        "inbox only as a hidden folder directly in it.",
+        "flight; default .INBOXNAME.docsumd-work beside the inbox. It must be on the inbox's file system, "
+        "outside the inbox, and docsumd's alone (owned by its user, mode 0700; created so).",
     )
     crash_loop_exits: int = Field(
         default=3,
@@ -372,8 +374,11 @@ class FolderSourceConfig(_Section):
 
     @property
     def work_folder(self) -> Path:
-        """Where inputs in flight are: ``work``, or the hidden default inside the inbox."""
-        return self.work if self.work is not None else self.inbox / DEFAULT_WORK_FOLDER
+        """Where inputs in flight are: ``work``, or the hidden default beside the inbox."""
+        if self.work is not None:
+            return self.work
+        inbox = self.inbox.absolute()
+        return inbox.parent / DEFAULT_WORK_FOLDER.format(inbox=inbox.name)
 
     @model_validator(mode="after")
     def _folders_distinct(self) -> Self:
@@ -383,21 +388,19 @@ class FolderSourceConfig(_Section):
             raise ValueError(f"inbox, outbox, done and failed must be four different folders, got {folders}")
         if any(resolved["inbox"] in path.parents for name, path in resolved.items() if name != "inbox"):
             raise ValueError("outbox, done and failed must not lie inside the inbox (they would be re-read)")
-        if self.work is not None:
-            self._check_work_folder(self.work.resolve(), resolved)
+        self._check_work_folder(self.work_folder.resolve(), resolved)
         return self
 
     @staticmethod
     def _check_work_folder(work: Path, others: dict[str, Path]) -> None:
-        for name, path in others.items():
-            if work == path or work in path.parents or (path in work.parents and name != "inbox"):
-                raise ValueError(f"work must be a folder of its own, not {name}, inside it or around it")
-        inbox = others["inbox"]
-        if inbox in work.parents and (work.parent != inbox or not work.name.startswith(".")):
+        if others["inbox"] in work.parents:
             raise ValueError(
-                "work inside the inbox must be a hidden folder directly in it (e.g. INBOX/.docsumd-work), "
-                "so that it is never taken for a document"
+                "work must not lie inside the inbox: anyone who can write to the inbox could rename, "
+                "replace or pre-create it (put it beside the inbox, on the same file system)"
             )
+        for name, path in others.items():
+            if work == path or work in path.parents or path in work.parents:
+                raise ValueError(f"work must be a folder of its own, not {name}, inside it or around it")
 
 
 class KafkaSourceConfig(_Section):

@@ -66,6 +66,23 @@ class ReleasingSource(Protocol):
         """Give inputs handed out and not settled back to where they wait (not counted as a crash)."""
         ...
 
+    async def uncount_unsettled(self) -> None:
+        """Keep inputs handed out and not settled where they are, without counting this exit against
+        them: the service calls it instead when a fatal error came from a sink or the file system,
+        which no input caused."""
+        ...
+
+
+@runtime_checkable
+class TroubledSource(Protocol):
+    """A source that can be unable to take work for a while (a folder gone or replaced) without
+    failing: while :attr:`problem` is set the service reports itself unhealthy."""
+
+    @property
+    def problem(self) -> str | None:
+        """Why no work is taken now, or None."""
+        ...
+
 
 class Sink(Protocol):
     """Where records go (see the module's doc for what it must guarantee)."""

@@ -50,16 +50,23 @@ def describe_mode(mode: int) -> str:
     return next((words for test, words in kinds if test(mode)), "not a regular file")
 
 
-def read_bounded(path: Path, limit: int, *, check_size: Callable[[int], None] | None = None) -> bytes:
+def read_bounded(
+    path: Path | str,
+    limit: int,
+    *,
+    check_size: Callable[[int], None] | None = None,
+    dir_fd: int | None = None,
+) -> bytes:
     """The bytes of the regular file at ``path``, at most ``limit`` + 1 of them (so a caller can tell
     "over the limit"). ``check_size`` is called with the opened file's size before anything is read,
     and may raise to refuse it. Raises :class:`NotRegularFileError` for anything but a regular file and
-    :class:`OSError` if it cannot be opened or read; never follows a link, never blocks on a FIFO."""
-    mode = os.lstat(path).st_mode
+    :class:`OSError` if it cannot be opened or read; never follows a link, never blocks on a FIFO.
+    With ``dir_fd``, ``path`` is relative to that open folder (:mod:`daemon.fs.dirs`)."""
+    mode = os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode
     if not stat.S_ISREG(mode):
         raise NotRegularFileError(describe_mode(mode))
     try:
-        fd = os.open(path, _OPEN_FLAGS)
+        fd = os.open(path, _OPEN_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # swapped for a link since the lstat
             raise NotRegularFileError("a symbolic link") from exc
@@ -75,11 +82,13 @@ def read_bounded(path: Path, limit: int, *, check_size: Callable[[int], None] | 
         os.close(fd)
 
 
-def read_regular_file(path: Path, max_bytes: int) -> bytes:
+def read_regular_file(path: Path | str, max_bytes: int, *, dir_fd: int | None = None) -> bytes:
     """An input's bytes (:func:`read_bounded`), or :class:`DocumentError`: ``not_regular``,
     ``unreadable``, ``too_large`` (refused from its size before it is read) or ``empty``."""
     try:
-        data = read_bounded(path, max_bytes, check_size=lambda size: check_size(size, max_bytes))
+        data = read_bounded(
+            path, max_bytes, check_size=lambda size: check_size(size, max_bytes), dir_fd=dir_fd
+        )
     except NotRegularFileError as exc:
         raise DocumentError("not_regular", f"the input is not read: {exc}") from exc
     except OSError as exc:

@@ -25,9 +25,9 @@ from typing import Any
 from daemon.admission import admission_for_engine
 from daemon.byte_budget import ByteBudget, Holding
 from daemon.config import Config
-from daemon.contracts import EngineClient, ReleasingSource, Source
+from daemon.contracts import EngineClient, ReleasingSource, Source, TroubledSource
 from daemon.engine import Engine, load_tokenizer
-from daemon.errors import EngineDeadError, FatalError
+from daemon.errors import EngineDeadError, FatalError, SinkError
 from daemon.factory import build_sources
 from daemon.logging import get_logger
 from daemon.metrics import ENGINE_STARTING, ENGINE_UP, INFLIGHT, QUEUED, READY, MetricsServer
@@ -110,6 +110,8 @@ class Service:
         documents in flight or waiting, one finished or an engine request completed within
         ``service.stall_seconds`` (:mod:`daemon.progress`)."""
         if self._fatal is not None or not (self.engine.is_running or not self._ready):
+            return False
+        if any(isinstance(source, TroubledSource) and source.problem for source in self.sources):
             return False
         return not (self._ready and self._progress.stalled(has_work=bool(self._inflight) or self.backlog > 0))
 
@@ -255,8 +257,11 @@ class Service:
 
     async def _shutdown(self) -> None:
         for source in self.sources:
-            if self._drained and isinstance(source, ReleasingSource):
-                await source.release_unsettled()  # a clean stop: not counted against its inputs
+            if isinstance(source, ReleasingSource):
+                if self._drained:
+                    await source.release_unsettled()  # a clean stop: not counted against its inputs
+                elif isinstance(self._fatal, SinkError):
+                    await source.uncount_unsettled()  # the outputs failed, not the inputs
             await source.stop()
         await self.engine.stop()
         ENGINE_UP.set(0)

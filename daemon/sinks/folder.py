@@ -1,7 +1,9 @@
 """Result and failure files, written atomically.
 
 A record is written to a hidden temporary file in the target folder, flushed to disk, and renamed
-into place; the folder itself is then synced. A reader therefore sees either no file or the whole
+into place; the folder itself is then synced. Both folders are opened once at start and written
+only through their descriptors (:mod:`daemon.fs.dirs`): a folder swapped for a link later changes
+nothing. A reader therefore sees either no file or the whole
 file, and after a power cut the rename is durable before the input is acknowledged. Running out of
 file descriptors is waited out (:mod:`daemon.fd_exhaustion`).
 
@@ -24,9 +26,10 @@ from pathlib import Path
 from typing import Final
 
 from daemon.blocking_io import BlockingIO, file_io
-from daemon.durable import write_atomic
+from daemon.durable import write_atomic, write_atomic_at
 from daemon.errors import DocumentError, SinkError
 from daemon.fd_exhaustion import retry_on_fd_exhaustion
+from daemon.fs.dirs import Dir
 from daemon.names import record_stem
 from daemon.records import Record, encode_record
 
@@ -57,17 +60,30 @@ class FolderSink:
         *,
         io_timeout: float = DEFAULT_IO_TIMEOUT,
         io: BlockingIO | None = None,
+        keys: tuple[str, str] = ("outbox", "failed"),
     ) -> None:
-        """Writes run on ``io`` (the process's file I/O pool by default), each within ``io_timeout``."""
+        """Writes run on ``io`` (the process's file I/O pool by default), each within ``io_timeout``.
+        ``keys``: what the two folders are called in messages (their configuration keys)."""
         self.outbox = outbox
         self.failed = failed
+        self.outbox_dir = Dir(outbox, key=keys[0])
+        self.failed_dir = Dir(failed, key=keys[1])
         self.io_timeout = io_timeout
         self._io = io or file_io()
 
     async def start(self) -> None:
-        """Create the folders (idempotent)."""
-        self.outbox.mkdir(parents=True, exist_ok=True)
-        self.failed.mkdir(parents=True, exist_ok=True)
+        """Create the folders and open them (idempotent); :class:`~daemon.errors.ConfigError` if one
+        is a link or not a folder."""
+        self.outbox_dir.open()
+        self.failed_dir.open()
+
+    def result_name(self, key: str) -> str:
+        """The file name of the result for ``key`` (in :attr:`outbox_dir`)."""
+        return record_file_name(key, RESULT_SUFFIX)
+
+    def error_name(self, key: str) -> str:
+        """The file name of the failure record for ``key`` (in :attr:`failed_dir`)."""
+        return record_file_name(key, ERROR_SUFFIX)
 
     def result_path(self, key: str) -> Path:
         """Where the result for ``key`` goes."""
@@ -78,21 +94,24 @@ class FolderSink:
         return self.failed / record_file_name(key, ERROR_SUFFIX)
 
     async def stop(self) -> None:
-        """Nothing to release."""
+        """Close the folders (idempotent; ``start()`` opens them again)."""
+        self.outbox_dir.close()
+        self.failed_dir.close()
 
     async def write_result(self, key: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()) -> Path:
         """Write a result record (headers: unused). :class:`DocumentError` if this record cannot be
         written, :class:`SinkError` if no record can."""
-        return await self._write(self.result_path(key), record)
+        return await self._write(self.outbox_dir, self.result_name(key), record)
 
     async def write_failure(
         self, key: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()
     ) -> Path:
         """Write a failure record (headers: unused). :class:`DocumentError` if this record cannot be
         written, :class:`SinkError` if no record can."""
-        return await self._write(self.error_path(key), record)
+        return await self._write(self.failed_dir, self.error_name(key), record)
 
-    async def _write(self, path: Path, record: Record) -> Path:
+    async def _write(self, folder: Dir, name: str, record: Record) -> Path:
+        path = folder.path / name
         try:
             data = encode_record(record, pretty=True)
         except (TypeError, ValueError, RecursionError) as exc:
@@ -100,7 +119,7 @@ class FolderSink:
         try:
             # Out of file descriptors: wait for some to come back (a rewrite is harmless).
             await retry_on_fd_exhaustion(
-                lambda: write_atomic(path, data),
+                lambda: write_atomic_at(folder.fd, name, data),
                 where="writing a record",
                 run=lambda write: self._io.run(write, time_limit=self.io_timeout),
             )

@@ -18,6 +18,11 @@ Layout: ``WORK/K.STEM/NAME``, and ``WORK/K.STEM/SIDECAR`` for the options sideca
 * **Settling** moves the document and its sidecar to ``done/`` or ``failed/`` under a name that is
   free there (``NAME``, else ``NAME~2``...; never over anything) and removes the claim folder.
 
+The inbox, the work folder and the done folder are :class:`~daemon.fs.dirs.Dir` objects: every
+lookup, read and rename goes through their descriptors, and inside the work folder (docsumd's alone,
+mode 0700) through names docsumd made. A folder renamed, replaced or swapped for a link after start
+redirects nothing.
+
 Every method here blocks on the file system: the folder source calls them on its I/O threads
 (:mod:`daemon.blocking_io`), one at a time per claim.
 """
@@ -28,13 +33,14 @@ import contextlib
 import errno
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
-from daemon.durable import fsync_dir, rename_noreplace
+from daemon.durable import rename_noreplace_at
 from daemon.errors import ConfigError
+from daemon.fs.dirs import PRIVATE_MODE, Dir
 from daemon.logging import get_logger
 from daemon.names import MAX_STEM_BYTES, first_free, numbered, record_stem, shortened
 from daemon.records import display_name
@@ -43,7 +49,9 @@ from daemon.sources.inbox_names import is_sidecar_name, sidecar_names
 
 log = get_logger(__name__)
 
-FOLDER_MODE: Final = 0o700
+LEGACY_WORK_FOLDER: Final = ".docsumd-work"
+"""Where versions before 0.10 kept the work folder: inside the inbox, where any writer could swap it."""
+FOLDER_MODE: Final = PRIVATE_MODE
 """The work folder and its claim folders are docsumd's alone."""
 _CLAIM_FOLDER: Final = re.compile(r"(\d{1,6})\.(.+)", re.DOTALL)
 # Names the file system refuses for what they hold, not for where they go: try a plain stand-in.
@@ -52,53 +60,78 @@ _NAME_REFUSED: Final = frozenset({errno.EILSEQ, errno.ENAMETOOLONG})
 
 @dataclass(eq=False)
 class Claim:
-    """One claimed input: its original name, its record stem, its unclean-exit count, its folder."""
+    """One claimed input: its original name, its record stem, its unclean-exit count, its folder
+    (a name in the work folder)."""
 
     name: str
     stem: str
     exits: int
-    folder: Path
+    folder: str
     sidecar: str | None = None
     sidecar_problem: str | None = None
     """Why a sidecar that exists could not be claimed (the document then fails ``invalid_options``)."""
 
     @property
-    def document(self) -> Path:
-        """Where the document is while claimed."""
-        return self.folder / self.name
+    def document(self) -> str:
+        """Where the document is while claimed, relative to the work folder."""
+        return f"{self.folder}/{self.name}"
 
     @property
-    def sidecar_path(self) -> Path | None:
-        """Where its sidecar is while claimed, if it has one."""
-        return None if self.sidecar is None else self.folder / self.sidecar
+    def sidecar_path(self) -> str | None:
+        """Where its sidecar is while claimed (relative to the work folder), if it has one."""
+        return None if self.sidecar is None else f"{self.folder}/{self.sidecar}"
 
 
 class WorkFolder:
     """Claims, recovers, settles and releases inputs (see the module's doc). Thread-safe."""
 
-    def __init__(self, *, inbox: Path, work: Path, done: Path, sink: FolderSink) -> None:
+    def __init__(self, *, inbox: Dir, work: Dir, done: Dir, sink: FolderSink) -> None:
         """``sink``: where the records go (a stem must be free in its outbox and failed folders)."""
         self.inbox = inbox
-        self.path = work
+        self.work = work
         self.done = done
         self.sink = sink
         self._stems: set[str] = set()  # stems of every claim in the work folder
         self._lock = threading.Lock()
 
     def prepare(self) -> None:
-        """Create the work folder (mode 0700) and check it is on the inbox's file system (a claim is a
-        rename); :class:`ConfigError` if not."""
-        self.path.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
-        if os.stat(self.path).st_dev != os.stat(self.inbox).st_dev:
+        """Open the work folder (created mode 0700; ConfigError unless it is docsumd's alone) and check
+        it is on the inbox's file system (a claim is a rename); :class:`ConfigError` if not."""
+        self.work.open()
+        if self.work.device != self.inbox.device:
             raise ConfigError(
-                f"sources.folder.work ({self.path}) must be on the same file system as the inbox "
-                f"({self.inbox}): inputs are claimed into it by an atomic rename"
+                f"sources.folder.work ({self.work.path}) must be on the same file system as the inbox "
+                f"({self.inbox.path}): inputs are claimed into it by an atomic rename"
             )
 
-    def remove_if_empty(self) -> None:
-        """Remove the work folder if nothing is in it (tidy inbox between runs)."""
-        with contextlib.suppress(OSError):  # not empty, or already gone: either is fine
-            self.path.rmdir()
+    def adopt_legacy(self) -> None:
+        """Take over the claims of the work folder earlier versions kept in the inbox
+        (``INBOX/.docsumd-work``), if that folder is a real one that is docsumd's alone; anything else
+        of that name is left where it is (an inbox writer may have made it)."""
+        try:
+            found = self.inbox.lstat(LEGACY_WORK_FOLDER)
+        except FileNotFoundError:
+            return
+        if not stat.S_ISDIR(found.st_mode) or found.st_uid != os.geteuid() or found.st_mode & 0o077:
+            log.warning(
+                "left alone: an INBOX/.docsumd-work that docsumd did not make (or others can write to)",
+                inbox=str(self.inbox.path),
+            )
+            return
+        legacy = Dir(self.inbox.path / LEGACY_WORK_FOLDER, key="the old work folder", private=True)
+        legacy.fd_in(self.inbox)
+        try:
+            for name in legacy.listdir():
+                if _CLAIM_FOLDER.fullmatch(name) is None or self.work.lexists(name):
+                    log.warning("left alone in the old work folder", entry=display_name(name))
+                    continue
+                rename_noreplace_at(legacy.fd, name, self.work.fd, name)
+            self.work.fsync()
+            with contextlib.suppress(OSError):  # not empty: what was left alone stays
+                self.inbox.rmdir(LEGACY_WORK_FOLDER)
+            log.info("claims taken over from the old work folder in the inbox", work=str(self.work.path))
+        finally:
+            legacy.close()
 
     # -- claiming --------------------------------------------------------------------------------
 
@@ -106,13 +139,13 @@ class WorkFolder:
         """Claim ``inbox/NAME`` (and its sidecar); None if it is gone. Whatever the entry is now
         (file, link, FIFO, folder) is moved as it is: reading it decides what it is."""
         stem = self._reserve_stem(name)
-        folder = self.path / f"1.{stem}"
+        folder = f"1.{stem}"
         try:
-            self._make_claim_folder(folder)
+            self.work.mkdir(folder, FOLDER_MODE)
             try:
-                os.rename(self.inbox / name, folder / name)
+                self.inbox.rename(name, self.work, f"{folder}/{name}")
             except BaseException:
-                folder.rmdir()
+                self.work.rmdir(folder)
                 raise
         except FileNotFoundError:  # removed or renamed away before we got to it
             self._release_stem(stem)
@@ -124,13 +157,6 @@ class WorkFolder:
         self.claim_sidecar(claim)
         return claim
 
-    def _make_claim_folder(self, folder: Path) -> None:
-        try:
-            folder.mkdir(mode=FOLDER_MODE)
-        except FileNotFoundError:  # the work folder itself was removed under us: make it again
-            self.path.mkdir(mode=FOLDER_MODE, parents=True, exist_ok=True)
-            folder.mkdir(mode=FOLDER_MODE)
-
     def claim_sidecar(self, claim: Claim) -> None:
         """Claim the sidecar that applies to the claim's document (the first of its names that exists
         in the inbox), unless it has one. A sidecar that cannot be moved is noted on the claim."""
@@ -138,7 +164,7 @@ class WorkFolder:
             return
         for sidecar in sidecar_names(claim.name):
             try:
-                os.rename(self.inbox / sidecar, claim.folder / sidecar)
+                self.inbox.rename(sidecar, self.work, f"{claim.folder}/{sidecar}")
             except FileNotFoundError:
                 continue
             except OSError as exc:
@@ -153,7 +179,7 @@ class WorkFolder:
 
             def taken(number: int) -> bool:
                 stem = numbered(base, number, limit=MAX_STEM_BYTES)
-                return stem in self._stems or any(os.path.lexists(path) for path in self._record_paths(stem))
+                return stem in self._stems or self._has_record(stem)
 
             stem = numbered(base, first_free(taken), limit=MAX_STEM_BYTES)
             self._stems.add(stem)
@@ -163,8 +189,11 @@ class WorkFolder:
         with self._lock:
             self._stems.discard(stem)
 
-    def _record_paths(self, stem: str) -> tuple[Path, Path]:
-        return self.sink.result_path(stem), self.sink.error_path(stem)
+    def _has_record(self, stem: str) -> bool:
+        return self.sink.outbox_dir.lexists(self.sink.result_name(stem)) or self._has_failure(stem)
+
+    def _has_failure(self, stem: str) -> bool:
+        return self.sink.failed_dir.lexists(self.sink.error_name(stem))
 
     # -- at start --------------------------------------------------------------------------------
 
@@ -172,53 +201,58 @@ class WorkFolder:
         """The claims an earlier run left, oldest document first. Empty claim folders (a crash while
         claiming) are removed; a sidecar whose document was already settled follows it."""
         found: list[tuple[int, Claim]] = []
-        with os.scandir(self.path) as entries:
+        with self.work.scandir() as entries:
             folders = [(entry.name, entry.is_dir(follow_symlinks=False)) for entry in entries]
         for folder_name, is_dir in sorted(folders):
             parsed = _CLAIM_FOLDER.fullmatch(folder_name)
             if parsed is None or not is_dir:
                 log.warning("not a claim: left alone in the work folder", entry=display_name(folder_name))
                 continue
-            claim = self._recover_one(self.path / folder_name, int(parsed[1]), parsed[2])
+            claim = self._recover_one(folder_name, int(parsed[1]), parsed[2])
             if claim is not None:
-                found.append((_mtime_ns(claim.document), claim))
+                found.append((self._mtime_ns(claim.document), claim))
         return [claim for _, claim in sorted(found, key=lambda pair: pair[0])]
 
-    def _recover_one(self, folder: Path, exits: int, stem: str) -> Claim | None:
+    def _recover_one(self, folder: str, exits: int, stem: str) -> Claim | None:
         with self._lock:
             self._stems.add(stem)
-        names = sorted(os.listdir(folder))
+        names = sorted(self.work.listdir(folder))
         documents = [name for name in names if not is_sidecar_name(name)]
         sidecars = [name for name in names if is_sidecar_name(name)]
         if not documents:
             self._finish_orphans(folder, stem, sidecars)
             return None
         if len(documents) > 1:
-            log.warning("a claim folder holds more than one document; the others stay", folder=str(folder))
+            log.warning("a claim folder holds more than one document; the others stay", folder=folder)
         return Claim(documents[0], stem, exits, folder, sidecars[0] if sidecars else None)
 
-    def _finish_orphans(self, folder: Path, stem: str, sidecars: list[str]) -> None:
+    def _finish_orphans(self, folder: str, stem: str, sidecars: list[str]) -> None:
         """A claim whose document was settled, left by a run that ended before its sidecar followed
         (or before the empty folder was removed): the sidecar goes where the document's record says."""
-        target = self.sink.failed if os.path.lexists(self.sink.error_path(stem)) else self.done
+        target = self.sink.failed_dir if self._has_failure(stem) else self.done
         for sidecar in sidecars:
             log.warning("an options sidecar follows its settled document", sidecar=display_name(sidecar))
-            self._move_free(folder / sidecar, target, sidecar)
+            self._move_free(f"{folder}/{sidecar}", target, sidecar)
         if sidecars:
-            fsync_dir(target)
+            target.fsync()
         self._remove_folder(folder, stem)
 
     def bump(self, claim: Claim) -> None:
         """Count one more unclean exit for a recovered claim: ``K.STEM`` becomes ``K+1.STEM``."""
         self._rename_claim(claim, claim.exits + 1)
 
+    def uncount(self, claim: Claim) -> None:
+        """Take back this run's count (its exit was not the inputs' doing): ``K.STEM`` becomes
+        ``K-1.STEM``, so the next start counts it as this run found it."""
+        self._rename_claim(claim, max(0, claim.exits - 1))
+
     def sync(self) -> None:
         """Make the renames in the work folder durable (after :meth:`bump` of every recovered claim)."""
-        fsync_dir(self.path)
+        self.work.fsync()
 
     # -- settling and giving back ------------------------------------------------------------------
 
-    def settle(self, claim: Claim, target: Path) -> str | None:
+    def settle(self, claim: Claim, target: Dir) -> str | None:
         """Move the claim's document, then its sidecar, to ``target`` under names free there; remove
         the claim. In the failed folder no input is named like a failure record (``*.error.json``).
         Returns the document's new name (None if it was no longer in the claim)."""
@@ -238,7 +272,7 @@ class WorkFolder:
                     sidecar=display_name(claim.sidecar),
                     error=str(exc),
                 )
-        fsync_dir(target)
+        target.fsync()
         self._remove_folder(claim.folder, claim.stem)
         return moved
 
@@ -246,17 +280,20 @@ class WorkFolder:
         """A clean stop: give the claim back to the inbox (document and sidecar, under their names)
         and return True. If a new file took either name there, keep the claim with its count of
         consecutive unclean exits back at 0, and return False."""
-        moves = [(claim.document, self.inbox / claim.name)]
+        if self.inbox.change() is not None:  # no inbox to give it back to: kept, not counted
+            self._rename_claim(claim, 0)
+            return False
+        moves = [(claim.document, claim.name)]
         if claim.sidecar is not None:
-            moves.append((claim.folder / claim.sidecar, self.inbox / claim.sidecar))
-        done: list[tuple[Path, Path]] = []
+            moves.append((f"{claim.folder}/{claim.sidecar}", claim.sidecar))
+        done: list[tuple[str, str]] = []
         try:
             for source, target in moves:
-                rename_noreplace(source, target)
+                rename_noreplace_at(self.work.fd, source, self.inbox.fd, target)
                 done.append((source, target))
         except FileExistsError:
             for source, target in reversed(done):
-                rename_noreplace(target, source)
+                rename_noreplace_at(self.inbox.fd, target, self.work.fd, source)
             self._rename_claim(claim, 0)
             return False
         except FileNotFoundError:
@@ -264,17 +301,17 @@ class WorkFolder:
         self._remove_folder(claim.folder, claim.stem)
         return True
 
-    def _move_free(self, source: Path, folder: Path, name: str) -> str:
-        """Rename ``source`` into ``folder`` as ``name``, else ``name~2``, ``name~3``...: the first
-        that is free, never over anything; returns the name it got."""
+    def _move_free(self, source: str, folder: Dir, name: str) -> str:
+        """Rename ``source`` (in the work folder) into ``folder`` as ``name``, else ``name~2``,
+        ``name~3``...: the first that is free, never over anything; returns the name it got."""
         # Failure records are *.error.json in the failed folder: an input never takes such a name.
-        reserved = (ERROR_SUFFIX,) if folder == self.sink.failed else ()
+        reserved = (ERROR_SUFFIX,) if folder is self.sink.failed_dir else ()
         base, number = name, 1
         while True:
             candidate = numbered(base, number)
             if not (reserved and candidate.endswith(reserved)):
                 try:
-                    rename_noreplace(source, folder / candidate)
+                    rename_noreplace_at(self.work.fd, source, folder.fd, candidate)
                 except FileExistsError:
                     pass
                 except OSError as exc:
@@ -287,35 +324,34 @@ class WorkFolder:
             number = _next_candidate(folder, base, number, reserved)
 
     def _rename_claim(self, claim: Claim, exits: int) -> None:
-        folder = self.path / f"{exits}.{claim.stem}"
+        folder = f"{exits}.{claim.stem}"
         if folder != claim.folder:
-            os.rename(claim.folder, folder)
+            self.work.rename(claim.folder, self.work, folder)
             claim.folder, claim.exits = folder, exits
 
-    def _remove_folder(self, folder: Path, stem: str) -> None:
+    def _remove_folder(self, folder: str, stem: str) -> None:
         try:
-            folder.rmdir()
+            self.work.rmdir(folder)
         except FileNotFoundError:
             pass
         except OSError as exc:
-            log.warning("a claim folder could not be removed", folder=str(folder), error=str(exc))
-        fsync_dir(self.path)
+            log.warning("a claim folder could not be removed", folder=folder, error=str(exc))
+        self.work.fsync()
         self._release_stem(stem)
 
+    def _mtime_ns(self, name: str) -> int:
+        try:
+            return self.work.lstat(name).st_mtime_ns
+        except OSError:
+            return 0
 
-def _next_candidate(folder: Path, base: str, taken_number: int, reserved: tuple[str, ...]) -> int:
+
+def _next_candidate(folder: Dir, base: str, taken_number: int, reserved: tuple[str, ...]) -> int:
     """The next candidate number after ``taken_number``: past the whole run of taken ones, found in a
     few checks (a name reused many times)."""
 
     def taken(step: int) -> bool:
         name = numbered(base, taken_number + step)
-        return (bool(reserved) and name.endswith(reserved)) or os.path.lexists(folder / name)
+        return (bool(reserved) and name.endswith(reserved)) or folder.lexists(name)
 
     return taken_number + first_free(taken)
-
-
-def _mtime_ns(path: Path) -> int:
-    try:
-        return os.lstat(path).st_mtime_ns
-    except OSError:
-        return 0

@@ -23,6 +23,14 @@ read, without following links and without blocking, and only if it is a regular 
 (:mod:`daemon.safe_read`). What is read is what is acknowledged; a new file of the same name in the
 inbox is a new input.
 
+Folders (:mod:`daemon.fs.dirs`): the inbox, work, done and failed folders are opened once at start
+and used only through their descriptors; the work folder lies outside the inbox and must be
+docsumd's alone. If the folder at one of those paths goes away or is replaced (by a link, another
+folder, a file), the source logs it once, stops taking work and reports it (:attr:`problem`, which
+makes the service unhealthy); what is in flight is settled through the descriptors. It goes on when
+the folder is back: the inbox, done and failed folders may come back as new folders, the work folder
+only as itself (the claims are in it).
+
 Per-document options: a sidecar ``NAME.options.json`` (for ``NAME.txt`` either ``NAME.txt.options.json``
 or ``NAME.options.json``; the first wins if both exist) holds a JSON object of summary options
 (:mod:`daemon.options`). Sidecars are never documents themselves. Write the sidecar before the
@@ -48,7 +56,6 @@ import contextlib
 import functools
 import heapq
 import itertools
-import os
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
@@ -60,6 +67,7 @@ from daemon.blocking_io import BlockingIO, file_io
 from daemon.config import DEFAULT_PROFILE, FolderSourceConfig
 from daemon.errors import DocumentError, SinkError
 from daemon.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
+from daemon.fs.dirs import Dir
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
 from daemon.metrics import observe_failed
@@ -136,7 +144,11 @@ class FolderSource(Lifecycle):
         self.config = config
         self.sink = sink
         self.max_input_bytes = max_input_bytes
-        self.work = WorkFolder(inbox=config.inbox, work=config.work_folder, done=config.done, sink=sink)
+        self.inbox = Dir(config.inbox, key="sources.folder.inbox")
+        self.done = Dir(config.done, key="sources.folder.done")
+        work = Dir(config.work_folder, key="sources.folder.work", private=True)
+        self.work = WorkFolder(inbox=self.inbox, work=work, done=self.done, sink=sink)
+        self._problem: str | None = None  # a folder gone or replaced: no work is taken meanwhile
         self._io = io or file_io()
         self._ready: deque[str] = deque()
         self._settling: dict[str, tuple[int, int, float]] = {}  # name -> (size, mtime_ns, last change)
@@ -155,15 +167,19 @@ class FolderSource(Lifecycle):
         """Files waiting in the inbox or the work folder, not yet handed out."""
         return len(self._ready) + len(self._settling) + len(self._waiting)
 
+    @property
+    def problem(self) -> str | None:
+        """Why no work is taken now (a folder gone or replaced), or None: the service is unhealthy
+        while there is one."""
+        return self._problem
+
     async def start(self) -> None:
         """Create the folders, take over what an earlier run left in flight, scan the inbox, and
         start watching it."""
         if self.started:
             return
-        for folder in (self.config.inbox, self.config.done, self.config.failed):
-            folder.mkdir(parents=True, exist_ok=True)
-        await self.sink.start()
-        await self._io_call(self.work.prepare)
+        await self.open_folders()
+        await self._io_call(self.work.adopt_legacy)
         await self._recover()
         self._stop_watching.clear()
         await self._scan()
@@ -171,6 +187,14 @@ class FolderSource(Lifecycle):
         self._watcher.add_done_callback(self._watcher_done)
         self.started = True
         log.info("folder source started", inbox=str(self.config.inbox), backlog=self.backlog)
+
+    async def open_folders(self) -> None:
+        """Create (where missing) and open the inbox, done, failed, outbox and work folders, checked
+        (:mod:`daemon.fs.dirs`); :class:`~daemon.errors.ConfigError` for one that cannot be used."""
+        await self._io_call(self.inbox.open)
+        await self._io_call(self.done.open)
+        await self.sink.start()
+        await self._io_call(self.work.prepare)
 
     async def stop(self) -> None:
         """Stop watching. Items already handed out can still be completed or failed."""
@@ -184,10 +208,6 @@ class FolderSource(Lifecycle):
                 await self._watcher
             self._watcher = None
         self._wakeup.set()
-        if self.config.work is None and not self._claims:
-            # The default work folder sits in the inbox: leave no trace of it between runs.
-            with contextlib.suppress(OSError, TimeoutError):
-                await self._io_call(self.work.remove_if_empty)
 
     async def release_unsettled(self) -> None:
         """A clean stop: give every claimed and unsettled input back to the inbox (it did not take
@@ -200,12 +220,30 @@ class FolderSource(Lifecycle):
                 continue
             self._claims.discard(claim)
             if not returned:
-                log.info("input kept in the work folder: a new file took its name", doc_id=_doc_id(claim))
+                log.info(
+                    "input kept in the work folder (uncounted): the inbox cannot take it back now",
+                    doc_id=_doc_id(claim),
+                )
+        self._waiting.clear()
+
+    async def uncount_unsettled(self) -> None:
+        """A stop the inputs did not cause (the output folders failed): leave every claimed and
+        unsettled input in the work folder without counting this exit against it."""
+        for claim in list(self._claims):
+            try:
+                await self._io_call(self.work.uncount, claim)
+            except (OSError, TimeoutError) as exc:
+                log.error("cannot mark an input as not at fault", doc_id=_doc_id(claim), error=str(exc))
+        with contextlib.suppress(OSError, TimeoutError):
+            await self._io_call(self.work.sync)
         self._waiting.clear()
 
     async def items(self) -> AsyncIterator[WorkItem]:
         """Yield work items as files settle, until :meth:`stop`. Pull-driven: nothing is read ahead."""
         while self.started:
+            if self._problem is not None and not await self._folders_back():
+                await self._pause(self._next_check_in())
+                continue
             if self._waiting:
                 yield self._work_item(self._waiting.popleft())
                 continue
@@ -215,12 +253,62 @@ class FolderSource(Lifecycle):
                 if claim is not None:
                     yield self._work_item(claim)
                 continue
-            self._wakeup.clear()
-            # asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose a cancellation that
-            # arrives just as the event is set, and this generator would then never end.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self._next_check_in()):
-                    await self._wakeup.wait()
+            await self._pause(self._next_check_in())
+
+    async def _pause(self, seconds: float) -> None:
+        """Wait for a wake-up (a file event, an adopted claim, a stop) or ``seconds``."""
+        self._wakeup.clear()
+        # asyncio.timeout, not wait_for: on Python 3.11 wait_for can lose a cancellation that
+        # arrives just as the event is set, and this generator would then never end.
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._wakeup.wait()
+
+    # -- the folders -------------------------------------------------------------------------------
+
+    def _folders(self) -> tuple[Dir, ...]:
+        return (self.inbox, self.work.work, self.done, self.sink.failed_dir)
+
+    def _folder_problem(self) -> str | None:
+        """What is wrong with the first folder no longer at its path, or None (I/O thread)."""
+        for folder in self._folders():
+            change = folder.change()
+            if change is not None:
+                return f"{folder.key} ({folder.path}): {change}"
+        return None
+
+    async def _check_folders(self) -> bool:
+        """True if every folder is still the one held; otherwise note the problem (logged once)."""
+        try:
+            problem = await self._io_call(self._folder_problem)
+        except (OSError, TimeoutError) as exc:
+            problem = f"the folders cannot be looked at: {exc}"
+        if problem is not None and self._problem is None:
+            log.error("a folder is gone or was replaced: taking no work until it is back", problem=problem)
+        self._problem = problem
+        return problem is None
+
+    async def _folders_back(self) -> bool:
+        """Whether the folders are usable again: each is the one held, or a folder that may take its
+        place (not the work folder) is held instead. Logs the recovery."""
+        try:
+            await self._io_call(self._reopen_replaced)
+        except (OSError, TimeoutError):
+            return False
+        except Exception as exc:  # a ConfigError: what is there now is not usable (a link...)
+            log.debug("a replaced folder is not usable yet", error=str(exc))
+            return False
+        if not await self._check_folders():
+            return False
+        log.warning("the folders are back: taking work again")
+        await self._scan()
+        return True
+
+    def _reopen_replaced(self) -> None:
+        for folder in (self.inbox, self.done, self.sink.failed_dir):
+            change = folder.change()
+            if change is not None and change.endswith("another folder"):
+                folder.reopen()
 
     # -- discovery -------------------------------------------------------------------------------
 
@@ -231,6 +319,8 @@ class FolderSource(Lifecycle):
         tried again after :data:`SCAN_RETRY_SECONDS`; file-system events keep arriving meanwhile.
         """
         self._last_scan = time.monotonic()
+        if not await self._check_folders():
+            return
         try:
             found = await self._io.run(self._list_inbox, time_limit=self.config.io_timeout_seconds)
         except (OSError, TimeoutError) as exc:
@@ -249,7 +339,7 @@ class FolderSource(Lifecycle):
         """``(mtime_ns, name)`` of every regular file in the inbox with a document's name, as a heap
         (I/O thread)."""
         found: list[tuple[int, str]] = []
-        with os.scandir(self.config.inbox) as entries:
+        with self.inbox.scandir() as entries:
             for entry in entries:
                 # Known names are skipped here, in the thread: a rescan of a 100,000-file backlog
                 # then stats and queues only what is new. (A set lookup while the event loop adds
@@ -370,7 +460,7 @@ class FolderSource(Lifecycle):
         stats: list[_Stat | None] = []
         for name in names:
             try:
-                found = os.lstat(self.config.inbox / name)
+                found = self.inbox.lstat(name)
             except OSError:
                 stats.append(None)
             else:
@@ -388,6 +478,9 @@ class FolderSource(Lifecycle):
         """Move ``name`` into the work folder; the claim, or None if it is gone or cannot be moved."""
         # Out of the inbox from now on (or gone): a new file of this name is a new input.
         self._known.discard(name)
+        if not await self._check_folders():
+            self._retry_at.pop(name, None)
+            return None
         job = self._io.submit(self.work.claim, name)
         try:
             claim = await self._io.wait(job, self.config.io_timeout_seconds)
@@ -472,13 +565,16 @@ class FolderSource(Lifecycle):
 
     async def _load(self, claim: Claim) -> bytes:
         try:
-            return await self._io_call(read_regular_file, claim.document, self.max_input_bytes)
+            return await self._io_call(self._read_document, claim)
         except TimeoutError as exc:
             raise DocumentError(
                 "unreadable",
                 f"reading the input took longer than {self.config.io_timeout_seconds:g} s "
                 "(io_timeout_seconds; a hung file system?)",
             ) from exc
+
+    def _read_document(self, claim: Claim) -> bytes:
+        return read_regular_file(claim.document, self.max_input_bytes, dir_fd=self.work.work.fd)
 
     async def _load_options(self, claim: Claim) -> bytes | None:
         try:
@@ -499,7 +595,7 @@ class FolderSource(Lifecycle):
         if path is None:
             return None
         try:
-            data = read_bounded(path, MAX_OPTIONS_BYTES)
+            data = read_bounded(path, MAX_OPTIONS_BYTES, dir_fd=self.work.work.fd)
         except NotRegularFileError as exc:
             raise DocumentError("invalid_options", f"{sidecar} is not read: {exc}") from exc
         except OSError as exc:
@@ -514,11 +610,11 @@ class FolderSource(Lifecycle):
 
     async def _complete(self, claim: Claim, record: Record) -> None:
         await self._write_record(self.sink.write_result, claim, record)
-        await self._settle(claim, self.config.done)
+        await self._settle(claim, self.done)
 
     async def _fail(self, claim: Claim, record: Record) -> None:
         await self._write_record(self.sink.write_failure, claim, record)
-        await self._settle(claim, self.config.failed)
+        await self._settle(claim, self.sink.failed_dir)
 
     async def _write_record(
         self, write: Callable[[str, Record], Awaitable[Path]], claim: Claim, record: Record
@@ -533,11 +629,11 @@ class FolderSource(Lifecycle):
             log.exception("unexpected error writing a record")
             raise DocumentError("internal_error", f"its record could not be written: {exc!r}") from exc
 
-    async def _settle(self, claim: Claim, folder: Path) -> None:
+    async def _settle(self, claim: Claim, folder: Dir) -> None:
         try:
             await self._io_call(self.work.settle, claim, folder)
         except (OSError, TimeoutError) as exc:
-            raise SinkError(f"cannot move {_doc_id(claim)!r} to {folder}: {exc}") from exc
+            raise SinkError(f"cannot move {_doc_id(claim)!r} to {folder.path}: {exc}") from exc
         self._claims.discard(claim)
 
     async def _io_call(self, function: Callable[..., T], *args: object) -> T:

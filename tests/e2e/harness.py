@@ -78,8 +78,8 @@ class Layout:
 
     @property
     def work(self) -> Path:
-        """The default work folder, where inputs in flight are (hidden, inside the inbox)."""
-        return self.inbox / ".docsumd-work"
+        """The default work folder, where inputs in flight are (hidden, beside the inbox)."""
+        return self.root / ".inbox.docsumd-work"
 
     @property
     def config(self) -> Path:

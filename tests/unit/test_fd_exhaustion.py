@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +20,7 @@ from daemon import documents, durable, fd_exhaustion
 from daemon.documents import read_input_file
 from daemon.errors import DocumentError
 from daemon.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
+from daemon.fs.dirs import Dir
 from daemon.sinks import folder as folder_sink_module
 from daemon.throttle import LogThrottle
 from tests.unit.test_folder_source import Collector, make_config, make_source, write_old
@@ -170,16 +170,16 @@ def test_reading_an_input_raises_exhaustion_not_unreadable(
 async def test_writing_a_record_out_of_descriptors_is_retried(
     tmp_path: Path, recorded: Recorder, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = durable.write_atomic
+    real = durable.write_atomic_at
     tries = {"n": 0}
 
-    def flaky(path: Path, data: bytes) -> None:
+    def flaky(folder: int, name: str, data: bytes) -> None:
         tries["n"] += 1
         if tries["n"] <= 3:
             raise EMFILE
-        real(path, data)
+        real(folder, name, data)
 
-    monkeypatch.setattr(folder_sink_module, "write_atomic", flaky)  # what the sink writes with
+    monkeypatch.setattr(folder_sink_module, "write_atomic_at", flaky)  # what the sink writes with
     sink = folder_sink_module.FolderSink(tmp_path / "out", tmp_path / "failed")
     await sink.start()
     written = await sink.write_result("doc.txt", {"id": "doc.txt"})
@@ -195,17 +195,17 @@ async def test_inbox_rescan_out_of_descriptors_keeps_running_and_logs_rarely(
     descriptors are back; nothing raises."""
     config = make_config(tmp_path, rescan=3600.0)  # only the retry can find the file, not a periodic rescan
     write_old(config.inbox / "waiting.txt")  # there before the start: no file-system event will name it
-    real_scandir = os.scandir
+    real_scandir = Dir.scandir
     exhausted = True
     scans = {"failed": 0}
 
-    def scandir(path: Any) -> Any:
-        if exhausted and Path(path) == config.inbox:
+    def scandir(folder: Dir, name: str = ".") -> Any:
+        if exhausted and folder.path == config.inbox:
             scans["failed"] += 1
             raise EMFILE
-        return real_scandir(path)
+        return real_scandir(folder, name)
 
-    monkeypatch.setattr(os, "scandir", scandir)  # the one the folder source calls
+    monkeypatch.setattr(Dir, "scandir", scandir)  # how the folder source lists the inbox
     async with make_source(config) as source:  # the start-up scan fails: no exception
         collector = Collector(source)
         try:

@@ -42,7 +42,7 @@ def test_write_json_atomic_removes_its_temp_file_if_the_rename_fails(
     path = tmp_path / "r.json"
     path.write_text('{"old": true}\n', encoding="utf-8")
 
-    def failing_replace(src: str, dst: Path) -> None:
+    def failing_replace(src: str, dst: str, **dir_fds: int) -> None:
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(os, "replace", failing_replace)  # the module calls os.replace
@@ -77,7 +77,9 @@ async def test_write_result_and_failure_return_their_paths(tmp_path: Path) -> No
     assert json.loads(failure.read_text(encoding="utf-8")) == {"reason": "empty"}
 
 
-async def test_write_to_missing_folder_raises_sink_error(tmp_path: Path) -> None:
-    sink = FolderSink(tmp_path / "not-created", tmp_path / "failed")
+async def test_write_to_a_removed_folder_raises_sink_error(tmp_path: Path) -> None:
+    sink = FolderSink(tmp_path / "outbox", tmp_path / "failed")
+    await sink.start()
+    (tmp_path / "outbox").rmdir()  # held by descriptor: the write fails, it does not go elsewhere
     with pytest.raises(SinkError, match="cannot write"):
         await sink.write_result("a.txt", {"ok": True})

@@ -284,6 +284,7 @@ async def test_growing_file_is_handed_out_only_after_settle_seconds(
     config = make_config(tmp_path, settle=1.0, rescan=1e9)
     config.inbox.mkdir()
     source = make_source(config)
+    await source.open_folders()
     path = config.inbox / "grow.txt"
     _write_at(path, b"part one\n", clock)  # mtime == now: a fresh file
 
@@ -305,6 +306,7 @@ async def test_old_file_is_ready_at_first_look(tmp_path: Path, monkeypatch: pyte
     config = make_config(tmp_path, settle=1.0, rescan=1e9)
     config.inbox.mkdir()
     source = make_source(config)
+    await source.open_folders()
     _write_at(config.inbox / "old.txt", b"text\n", clock)
     clock.advance(5.0)  # written five seconds before the source first sees it
     await source._scan()
@@ -338,6 +340,7 @@ async def test_file_removed_while_settling_is_forgotten(tmp_path: Path) -> None:
     config = make_config(tmp_path, settle=1.0)
     config.inbox.mkdir()
     source = make_source(config)
+    await source.open_folders()
     path = config.inbox / "brief.txt"
     path.write_text("fresh\n")
     await source._scan()
@@ -438,6 +441,7 @@ async def test_rescans_do_not_hand_out_a_file_twice(tmp_path: Path) -> None:
     config = make_config(tmp_path)
     write_old(config.inbox / "a.txt")
     source = make_source(config)
+    await source.open_folders()
     await source._scan()
     assert await source._next_ready() == "a.txt"
     await source._scan()

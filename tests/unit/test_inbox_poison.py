@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from daemon.config import FolderSourceConfig
-from daemon.errors import DocumentError
+from daemon.errors import ConfigError, DocumentError
 from daemon.records import Record
 from daemon.sinks.folder import FolderSink
 from daemon.sources import folder as folder_module
@@ -148,9 +148,7 @@ async def claim_swapped(source: FolderSource, name: str, swap: object) -> WorkIt
 async def prepared(config: FolderSourceConfig) -> FolderSource:
     """A source with its folders made and nothing running: the test drives each step itself."""
     source = make_source(config)
-    config.inbox.mkdir(parents=True, exist_ok=True)
-    await source.sink.start()
-    await source._io_call(source.work.prepare)
+    await source.open_folders()
     return source
 
 
@@ -359,7 +357,7 @@ def hang() -> Iterator[threading.Event]:
 async def test_a_hung_read_fails_its_document_after_the_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, hang: threading.Event
 ) -> None:
-    def stuck_read(path: Path, max_bytes: int) -> bytes:
+    def stuck_read(path: Path, max_bytes: int, **dir_fd: int) -> bytes:
         hang.wait(60)  # a stale NFS or FUSE mount
         return b""
 
@@ -413,7 +411,7 @@ async def test_an_input_left_in_flight_is_handed_out_first_at_the_next_start(tmp
         await again.complete({"ok": True})
         await other.complete({"ok": True})
     assert sorted(entries(config.done)) == ["doc.options.json", "doc.txt", "first.txt"]
-    assert not config.work_folder.exists()  # the default work folder is removed when empty
+    assert list(config.work_folder.iterdir()) == []  # beside the inbox, empty, kept
 
 
 async def test_an_input_in_flight_at_three_unclean_exits_is_set_aside(tmp_path: Path) -> None:
@@ -444,7 +442,7 @@ async def test_a_clean_stop_gives_unsettled_inputs_back_to_the_inbox(tmp_path: P
         await items.next()
         await source.release_unsettled()
     assert entries(config.inbox) == {"doc.txt": b"unfinished\n", "doc.options.json": b"{}"}
-    assert not config.work_folder.exists()
+    assert list(config.work_folder.iterdir()) == []
 
 
 async def test_a_clean_stop_keeps_a_claim_whose_name_was_taken_and_resets_its_count(tmp_path: Path) -> None:
@@ -483,8 +481,8 @@ async def test_a_crash_while_claiming_or_settling_is_finished_at_the_next_start(
 @pytest.mark.parametrize(
     ("work", "message"),
     [
-        ("inbox/work", "hidden folder directly in it"),
-        ("inbox/.a/.b", "hidden folder directly in it"),
+        ("inbox/work", "must not lie inside the inbox"),
+        ("inbox/.a/.b", "must not lie inside the inbox"),
         ("done", "folder of its own"),
         ("done/work", "folder of its own"),
         ("inbox", "folder of its own"),
@@ -499,8 +497,9 @@ def test_a_work_folder_that_could_be_read_as_input_or_output_is_refused(
 
 def test_a_work_folder_of_its_own_is_accepted(tmp_path: Path) -> None:
     assert make_config(tmp_path, work=tmp_path / "work").work_folder == tmp_path / "work"
-    assert make_config(tmp_path, work=tmp_path / "inbox" / ".mine").work_folder.name == ".mine"
-    assert make_config(tmp_path).work_folder == tmp_path / "inbox" / ".docsumd-work"
+    assert make_config(tmp_path).work_folder == tmp_path / ".inbox.docsumd-work"  # beside the inbox
+    with pytest.raises(ValueError, match="must not lie inside the inbox"):
+        make_config(tmp_path, work=tmp_path / "inbox" / ".mine")
 
 
 async def test_a_source_started_again_in_one_process_does_not_count_its_own_claims(tmp_path: Path) -> None:
@@ -564,3 +563,86 @@ async def test_items_ends_when_cancelled_as_a_wakeup_arrives(tmp_path: Path) -> 
 
 async def next_item(source: FolderSource) -> WorkItem:
     return await anext(source.items())
+
+
+# -- the work folder is docsumd's, and folders are held by descriptor (issue 19) --------------------
+
+
+async def test_a_work_folder_others_can_write_to_stops_the_start(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    config.work_folder.mkdir(mode=0o777)
+    os.chmod(config.work_folder, 0o777)  # pre-created by someone else, open to all
+    with pytest.raises(ConfigError, match=r"sources.folder.work .* docsumd's alone.*0777"):
+        await make_source(config).start()
+
+
+@pytest.mark.parametrize("kind", ["file", "link"])
+async def test_a_work_folder_that_is_not_a_folder_stops_the_start(tmp_path: Path, kind: str) -> None:
+    config = make_config(tmp_path)
+    if kind == "file":
+        config.work_folder.write_bytes(b"")
+    else:
+        (tmp_path / "elsewhere").mkdir(mode=0o700)
+        config.work_folder.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(ConfigError, match=r"sources\.folder\.work"):
+        await make_source(config).start()
+
+
+async def test_an_inbox_swapped_for_a_link_is_not_followed_and_the_source_waits(
+    tmp_path: Path, secret: Path
+) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "a.txt", b"a\n")
+    async with running(config) as (source, items):
+        first = await items.next()
+        config.inbox.rename(tmp_path / "inbox.real")
+        config.inbox.symlink_to(secret.parent)  # the folder the secret is in
+        await first.complete({"ok": True})  # settled through the descriptors: done/ still
+        pull = asyncio.ensure_future(items.next())
+        await asyncio.sleep(0.5)
+        assert not pull.done()  # nothing taken from the link's target
+        problem = problem_of(source)
+        assert problem is not None
+        assert "sources.folder.inbox" in problem
+        assert "symbolic link" in problem
+        config.inbox.unlink()
+        (tmp_path / "inbox.real").rename(config.inbox)
+        write_old(config.inbox / "b.txt", b"b\n")
+        second = await asyncio.wait_for(pull, WAIT)
+        assert second.id == "b.txt"
+        assert problem_of(source) is None
+        await second.complete({"ok": True})
+    assert sorted(entries(config.done)) == ["a.txt", "b.txt"]
+    assert entries(secret.parent) == {"secret.json": SECRET}
+
+
+def problem_of(source: FolderSource) -> str | None:
+    return source.problem
+
+
+async def test_a_stop_the_outputs_caused_does_not_count_against_the_inputs(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "doc.txt", b"doc\n")
+    async with running(config) as (source, items):
+        await items.next()
+        assert claim_folders(config) == ["1.doc.txt"]
+        await source.uncount_unsettled()  # what the service does after a fatal SinkError
+    assert claim_folders(config) == ["0.doc.txt"]
+    async with running(config) as (source, items):
+        again = await items.next()
+        assert claim_folders(config) == ["1.doc.txt"]  # counted as this run found it, not 2
+        await again.complete({"ok": True})
+
+
+async def test_claims_in_the_old_work_folder_in_the_inbox_are_taken_over(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    legacy = config.inbox / ".docsumd-work" / "1.old.txt"
+    legacy.mkdir(parents=True, mode=0o700)
+    os.chmod(config.inbox / ".docsumd-work", 0o700)
+    (legacy / "old.txt").write_bytes(b"old\n")
+    async with running(config) as (_, items):
+        item = await items.next()
+        assert (item.id, await item.load()) == ("old.txt", b"old\n")
+        await item.complete({"ok": True})
+    assert not (config.inbox / ".docsumd-work").exists()
+    assert entries(config.done) == {"old.txt": b"old\n"}

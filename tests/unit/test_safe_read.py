@@ -11,6 +11,7 @@ import asyncio
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,16 +64,16 @@ def test_an_entry_swapped_for_a_link_after_the_check_is_refused_by_the_open(
     secret.write_bytes(b"outside\n")
     path = tmp_path / "doc.txt"
     path.write_bytes(b"inside\n")
-    real_lstat = os.lstat
+    real_stat = os.stat
 
-    def lstat_then_swap(target: os.PathLike[str] | str) -> os.stat_result:
-        result = real_lstat(target)
+    def lstat_then_swap(target: os.PathLike[str] | str, **options: Any) -> os.stat_result:
+        result = real_stat(target, **options)
         if Path(target) == path:  # the swap lands right after the check
             path.unlink()
             path.symlink_to(secret)
         return result
 
-    monkeypatch.setattr(os, "lstat", lstat_then_swap)
+    monkeypatch.setattr(os, "stat", lstat_then_swap)
     with pytest.raises(NotRegularFileError, match="symbolic link"):
         read_bounded(path, 100)
 

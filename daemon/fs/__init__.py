@@ -1,0 +1,1 @@
+"""File-system primitives every folder stage uses: folders held by descriptor (:mod:`daemon.fs.dirs`)."""

@@ -35,7 +35,8 @@ import os
 import re
 import stat
 import threading
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from typing import Final
 
 from daemon.durable import rename_noreplace_at
@@ -70,6 +71,9 @@ class Claim:
     sidecar: str | None = None
     sidecar_problem: str | None = None
     """Why a sidecar that exists could not be claimed (the document then fails ``invalid_options``)."""
+    claimed_ns: int = field(default_factory=time.time_ns)
+    """When this run claimed (or recovered) it: a sidecar of its name that reached the inbox later
+    came too late for it, and must not apply to the next document of that name either."""
 
     @property
     def document(self) -> str:
@@ -262,6 +266,8 @@ class WorkFolder:
         except FileNotFoundError:
             log.warning("the claimed input vanished from the work folder", doc_id=display_name(claim.name))
         sidecar = claim.sidecar_path
+        if sidecar is None:
+            self._settle_late_sidecars(claim, target)
         if sidecar is not None and claim.sidecar is not None:
             try:
                 self._move_free(sidecar, target, claim.sidecar)
@@ -275,6 +281,28 @@ class WorkFolder:
         target.fsync()
         self._remove_folder(claim.folder, claim.stem)
         return moved
+
+    def _settle_late_sidecars(self, claim: Claim, target: Dir) -> None:
+        """A sidecar of the claim's name that reached the inbox after the claim was made for this
+        document, too late: it goes with it, never to the next document of that name."""
+        for sidecar in sidecar_names(claim.name):
+            try:
+                found = self.inbox.lstat(sidecar)
+            except OSError:
+                continue
+            if found.st_ctime_ns < claim.claimed_ns:
+                continue  # there before the claim (and not taken): written for a later document
+            log.warning(
+                "an options sidecar came after its document; it is moved with it, unused",
+                doc_id=display_name(claim.name),
+                sidecar=display_name(sidecar),
+            )
+            try:
+                self._move_free(sidecar, target, sidecar, source_dir=self.inbox)
+            except OSError as exc:
+                log.warning(
+                    "cannot move a late options sidecar", sidecar=display_name(sidecar), error=str(exc)
+                )
 
     def release(self, claim: Claim) -> bool:
         """A clean stop: give the claim back to the inbox (document and sidecar, under their names)
@@ -301,9 +329,11 @@ class WorkFolder:
         self._remove_folder(claim.folder, claim.stem)
         return True
 
-    def _move_free(self, source: str, folder: Dir, name: str) -> str:
-        """Rename ``source`` (in the work folder) into ``folder`` as ``name``, else ``name~2``,
-        ``name~3``...: the first that is free, never over anything; returns the name it got."""
+    def _move_free(self, source: str, folder: Dir, name: str, *, source_dir: Dir | None = None) -> str:
+        """Rename ``source`` (in ``source_dir``, default the work folder) into ``folder`` as ``name``,
+        else ``name~2``, ``name~3``...: the first that is free, never over anything; returns the name
+        it got."""
+        origin = self.work if source_dir is None else source_dir
         # Failure records are *.error.json in the failed folder: an input never takes such a name.
         reserved = (ERROR_SUFFIX,) if folder is self.sink.failed_dir else ()
         base, number = name, 1
@@ -311,7 +341,7 @@ class WorkFolder:
             candidate = numbered(base, number)
             if not (reserved and candidate.endswith(reserved)):
                 try:
-                    rename_noreplace_at(self.work.fd, source, folder.fd, candidate)
+                    rename_noreplace_at(origin.fd, source, folder.fd, candidate)
                 except FileExistsError:
                     pass
                 except OSError as exc:

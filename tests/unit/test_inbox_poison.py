@@ -646,3 +646,23 @@ async def test_claims_in_the_old_work_folder_in_the_inbox_are_taken_over(tmp_pat
         await item.complete({"ok": True})
     assert not (config.inbox / ".docsumd-work").exists()
     assert entries(config.done) == {"old.txt": b"old\n"}
+
+
+async def test_a_sidecar_that_comes_after_its_document_never_applies_to_the_next_one(tmp_path: Path) -> None:
+    config = make_config(tmp_path)
+    write_old(config.inbox / "doc.txt", b"first\n")
+    async with running(config) as (_, items):
+        first = await items.next()
+        await asyncio.sleep(0.05)  # the file system's clock is coarser than time.time_ns()
+        write_old(config.inbox / "doc.txt.options.json", b'{"style": "bullets"}', age=0)
+        await first.complete({"ok": True})  # the late sidecar goes with it, unused
+        write_old(config.inbox / "doc.txt", b"second\n", age=0)
+        second = await items.next()
+        assert second.load_options is not None
+        assert await second.load_options() is None
+        await second.complete({"ok": True})
+    assert entries(config.done) == {
+        "doc.txt": b"first\n",
+        "doc.txt.options.json": b'{"style": "bullets"}',
+        "doc.txt~2": b"second\n",
+    }

@@ -56,12 +56,15 @@ def read_bounded(
     *,
     check_size: Callable[[int], None] | None = None,
     dir_fd: int | None = None,
+    single_link: bool = False,
 ) -> bytes:
     """The bytes of the regular file at ``path``, at most ``limit`` + 1 of them (so a caller can tell
     "over the limit"). ``check_size`` is called with the opened file's size before anything is read,
     and may raise to refuse it. Raises :class:`NotRegularFileError` for anything but a regular file and
     :class:`OSError` if it cannot be opened or read; never follows a link, never blocks on a FIFO.
-    With ``dir_fd``, ``path`` is relative to that open folder (:mod:`daemon.fs.dirs`)."""
+    With ``dir_fd``, ``path`` is relative to that open folder (:mod:`daemon.fs.dirs`). With
+    ``single_link``, a file with more than one hard link is refused too: in a folder others write to,
+    it may be another name of a file elsewhere that they cannot read but docsumd can."""
     mode = os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode
     if not stat.S_ISREG(mode):
         raise NotRegularFileError(describe_mode(mode))
@@ -75,6 +78,10 @@ def read_bounded(
         opened = os.fstat(fd)
         if not stat.S_ISREG(opened.st_mode):  # swapped for something else since the lstat
             raise NotRegularFileError(describe_mode(opened.st_mode))
+        if single_link and opened.st_nlink > 1:
+            raise NotRegularFileError(
+                f"a file with {opened.st_nlink} hard links (another name of a file elsewhere)"
+            )
         if check_size is not None:
             check_size(opened.st_size)
         return _read_up_to(fd, limit + 1, expected=opened.st_size)
@@ -82,12 +89,18 @@ def read_bounded(
         os.close(fd)
 
 
-def read_regular_file(path: Path | str, max_bytes: int, *, dir_fd: int | None = None) -> bytes:
+def read_regular_file(
+    path: Path | str, max_bytes: int, *, dir_fd: int | None = None, single_link: bool = False
+) -> bytes:
     """An input's bytes (:func:`read_bounded`), or :class:`DocumentError`: ``not_regular``,
     ``unreadable``, ``too_large`` (refused from its size before it is read) or ``empty``."""
     try:
         data = read_bounded(
-            path, max_bytes, check_size=lambda size: check_size(size, max_bytes), dir_fd=dir_fd
+            path,
+            max_bytes,
+            check_size=lambda size: check_size(size, max_bytes),
+            dir_fd=dir_fd,
+            single_link=single_link,
         )
     except NotRegularFileError as exc:
         raise DocumentError("not_regular", f"the input is not read: {exc}") from exc

@@ -574,7 +574,9 @@ class FolderSource(Lifecycle):
             ) from exc
 
     def _read_document(self, claim: Claim) -> bytes:
-        return read_regular_file(claim.document, self.max_input_bytes, dir_fd=self.work.work.fd)
+        return read_regular_file(
+            claim.document, self.max_input_bytes, dir_fd=self.work.work.fd, single_link=True
+        )
 
     async def _load_options(self, claim: Claim) -> bytes | None:
         try:
@@ -595,7 +597,7 @@ class FolderSource(Lifecycle):
         if path is None:
             return None
         try:
-            data = read_bounded(path, MAX_OPTIONS_BYTES, dir_fd=self.work.work.fd)
+            data = read_bounded(path, MAX_OPTIONS_BYTES, dir_fd=self.work.work.fd, single_link=True)
         except NotRegularFileError as exc:
             raise DocumentError("invalid_options", f"{sidecar} is not read: {exc}") from exc
         except OSError as exc:

@@ -7,6 +7,7 @@ claim in it. While documents are in flight it swaps the inbox for a link to an o
 new one. It shows: the work folder is outside the inbox and docsumd's alone (0700); nothing outside
 the daemon's folders is read, hashed or moved; the daemon is unhealthy while a folder is gone and
 healthy again when it is back, and never exits; every input ends exactly once; SIGTERM exits 0.
+The work folder itself renamed away and replaced by a link (as only its owner could) is the same.
 """
 
 from __future__ import annotations
@@ -119,6 +120,20 @@ def test_an_inbox_writer_cannot_steer_the_daemon(
     drop(3)
     expected = len(names) - len(left_in_old)
     wait_for(lambda: finished() == expected, 240, "every document of the new inbox")
+
+    # 4. The work folder renamed away and a link to the outside folder put in its place (only its
+    # owner could: it is 0700 outside the inbox), with documents in flight; then put back.
+    drop(4)
+    wait_for(lambda: bool(layout.inputs_in_work()), 60, "documents in flight")
+    moved_work = tmp_path / "work.moved"
+    work.rename(moved_work)
+    work.symlink_to(outside)
+    wait_for(lambda: _health(daemon) == 503, 30, "/healthz to report the work folder replaced")
+    work.unlink()
+    moved_work.rename(work)
+    wait_for(lambda: _health(daemon) == 200, 30, "/healthz to recover")
+    expected = len(names) - len(left_in_old)
+    wait_for(lambda: finished() == expected, 240, "every document")
 
     assert daemon.proc is not None
     assert daemon.proc.poll() is None, daemon.log_tail()

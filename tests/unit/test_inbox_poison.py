@@ -666,3 +666,16 @@ async def test_a_sidecar_that_comes_after_its_document_never_applies_to_the_next
         "doc.txt.options.json": b'{"style": "bullets"}',
         "doc.txt~2": b"second\n",
     }
+
+
+async def test_a_hard_link_to_a_file_elsewhere_is_refused_unread(tmp_path: Path, secret: Path) -> None:
+    config = make_config(tmp_path)
+    config.inbox.mkdir()
+    os.link(secret, config.inbox / "alias.txt")  # another name of a file outside the inbox
+    async with running(config) as (_, items):
+        item = await items.next()
+        with pytest.raises(DocumentError, match="hard links") as caught:
+            await item.load()
+        assert caught.value.reason == "not_regular"
+        await item.fail(failure(item, "not_regular"))
+    assert entries(secret.parent) == {"secret.json": SECRET}

@@ -175,6 +175,7 @@ def _check_budget(config: Config) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     config.require_source()
+    _ignore_signals_until_handled()
     prepare_process(config)
     return asyncio.run(_serve(config))
 
@@ -189,6 +190,7 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
         raise ConfigError(f"--profile: unknown profile {args.profile!r} (profiles: {', '.join(known)})")
     # One-shot runs serve no metrics endpoint (a running daemon may hold the port).
     config = config.model_copy(update={"metrics": config.metrics.model_copy(update={"enabled": False})})
+    _ignore_signals_until_handled()
     prepare_process(config)
     return asyncio.run(
         _summarize(config, list(args.files), outbox, profile=args.profile, progress=not args.no_progress)
@@ -250,7 +252,7 @@ async def _run_service(service: Service) -> int:
     from daemon.errors import FatalError
     from daemon.logging import get_logger
 
-    _install_signal_handlers(service.request_stop)
+    _install_signal_handlers(service)
     try:
         await service.run()
     except FatalError as exc:
@@ -275,8 +277,11 @@ async def _summarize(
     )
     bar = tqdm(total=len(files), unit="doc", desc="summarizing", disable=not progress, file=sys.stderr)
     failed: list[str] = []
+    finished_count = 0  # counted here: a disabled bar (--no-progress) counts nothing
 
     def finished(item: WorkItem, outcome: str) -> None:
+        nonlocal finished_count
+        finished_count += 1
         bar.update(1)
         if outcome != "ok":
             failed.append(f"{item.id}: {outcome}")
@@ -287,7 +292,7 @@ async def _summarize(
         bar.close()
     if code != EXIT_OK:
         return code
-    done = bar.n
+    done = finished_count
     print(f"{done - len(failed)} summarized, {len(failed)} failed; results in {outbox}", file=sys.stderr)
     for line in failed:
         print(f"  failed: {line}", file=sys.stderr)
@@ -297,7 +302,51 @@ async def _summarize(
     return EXIT_SOME_FAILED if failed else EXIT_OK
 
 
-def _install_signal_handlers(request_stop: Callable[[], None]) -> None:
+_HANDLED_ELSEWISE = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+def _ignore_signals_until_handled() -> None:
+    """SIGHUP, SIGUSR1 and SIGUSR2 ignored from the start: their default action would kill the process
+    (and orphan a starting engine's processes) before the event loop's handlers are installed."""
+    for signum in _HANDLED_ELSEWISE:
+        signal.signal(signum, signal.SIG_IGN)
+
+
+def _install_signal_handlers(service: Service) -> None:
+    """SIGTERM and SIGINT drain and stop; SIGUSR1 logs a status line; SIGHUP and SIGUSR2 are logged and
+    ignored. None of them is fatal. (The engine's processes ignore the last three: daemon.engine.)"""
+    from daemon.logging import get_logger
+
+    log = get_logger("daemon.cli")
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, request_stop)
+        loop.add_signal_handler(signum, service.request_stop)
+
+    def ignored(name: str, why: str) -> Callable[[], None]:
+        return lambda: log.info(f"{name} ignored ({why})", signal=name)
+
+    loop.add_signal_handler(
+        signal.SIGHUP,
+        ignored("SIGHUP", "docsumd re-reads nothing on HUP; restart to change config"),
+    )
+    loop.add_signal_handler(signal.SIGUSR1, lambda: _log_status(service))
+    loop.add_signal_handler(signal.SIGUSR2, ignored("SIGUSR2", "docsumd gives it no meaning"))
+
+
+def _log_status(service: Service) -> None:
+    """SIGUSR1: one line with what the service knows now."""
+    from daemon.logging import get_logger
+    from daemon.metrics import INFLIGHT
+
+    stats = service.stats
+    get_logger("daemon.cli").info(
+        "status (SIGUSR1)",
+        signal="SIGUSR1",
+        ready=service.ready(),
+        healthy=service.healthy(),
+        engine_running=service.engine.is_running,
+        succeeded=stats.succeeded,
+        failed=stats.failed,
+        inflight=int(next(iter(INFLIGHT.collect())).samples[0].value),
+        backlog=service.backlog,
+    )

@@ -18,6 +18,12 @@ when to stop. So the engine's processes are started with SIGINT blocked (Ctrl-C 
 the whole foreground process group), and the systemd unit sends SIGTERM to the main process alone
 (``KillMode=mixed``). SIGTERM itself cannot be blocked in them: it is how vLLM's own shutdown stops
 EngineCore. A deliberate :meth:`Engine.stop` also keeps vLLM from logging the engine's exit as an error.
+SIGHUP, SIGUSR1 and SIGUSR2 are blocked in them the same way, and ignored (their default action would
+kill EngineCore when one is sent to the whole process group): the main process handles them.
+
+The engine's processes die with the main process however it dies, ``kill -9`` included: each watches
+its parent (:mod:`daemon.engine_reaper`). A start cancelled part-way (a stop request during start-up)
+kills the processes it had started instead of waiting minutes for the start to finish.
 """
 
 from __future__ import annotations
@@ -28,11 +34,13 @@ import gc
 import logging
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from daemon import engine_reaper
 from daemon.config import EngineConfig
 from daemon.contracts import Generation, Sampling
 from daemon.errors import ConfigError, EngineDeadError, EngineError, RequestError
@@ -47,6 +55,10 @@ log = get_logger(__name__)
 
 WARM_UP_REQUEST_ID = "docsumd-warm-up"
 """The id of the one request :meth:`Engine.start` sends before the engine counts as ready."""
+
+ABANDON_START_SECONDS = 30.0
+"""How long a cancelled start may take to end its build thread (it ends seconds after its processes
+are killed; a build still in vLLM's front-end set-up ends when that does)."""
 
 
 def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
@@ -144,6 +156,7 @@ class Engine(Lifecycle):
         self.config = config
         self._llm: Any = None
         self._stopped = False
+        self._abandoned = threading.Event()
         self._params: dict[Sampling, SamplingParams] = {}
         self.start_seconds: float | None = None
 
@@ -179,14 +192,20 @@ class Engine(Lifecycle):
         ENGINE_UP.set_function(lambda: 1.0 if self.is_running else 0.0)
         started = time.monotonic()
         log.info("engine starting", model=self.config.model, max_model_len=self.config.max_model_len)
+        # from_engine_args blocks for the whole start-up; a thread keeps the event loop (health
+        # endpoint, signal handling) responsive meanwhile. The engine comes back through a list,
+        # not as the thread's result: finished futures and the worker's frame would otherwise
+        # keep it alive past stop(), until interpreter teardown, where its __del__ fails noisily.
+        built: list[Any] = []
+        before = engine_reaper.descendants()
+        build = asyncio.ensure_future(asyncio.to_thread(lambda: built.append(self._build())))
         try:
-            # from_engine_args blocks for the whole start-up; a thread keeps the event loop (health
-            # endpoint, signal handling) responsive meanwhile. The engine comes back through a list,
-            # not as the thread's result: finished futures and the worker's frame would otherwise
-            # keep it alive past stop(), until interpreter teardown, where its __del__ fails noisily.
-            built: list[Any] = []
-            await asyncio.to_thread(lambda: built.append(self._build()))
+            # Shielded: a cancelled start must not drop the thread, it ends it (_abandon_start).
+            await asyncio.shield(build)
             self._llm = built.pop()
+        except asyncio.CancelledError:
+            await self._abandon_start(build, built, before)
+            raise
         except Exception as exc:
             raise EngineDeadError(f"engine failed to start: {exc}") from exc
         await self._warm_up()
@@ -211,8 +230,45 @@ class Engine(Lifecycle):
     def _build(self) -> Any:
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        with _sigint_blocked_in_new_processes():
-            return AsyncLLM.from_engine_args(engine_args(self.config))
+        with (
+            _signals_blocked_in_new_processes(),
+            engine_reaper.engine_processes_watched(log.warning),
+        ):
+            llm = AsyncLLM.from_engine_args(engine_args(self.config))
+        if self._abandoned.is_set():  # built after _abandon_start gave up waiting for it
+            llm.shutdown()
+            raise EngineDeadError("the engine start was abandoned")
+        return llm
+
+    async def _abandon_start(self, build: asyncio.Future[None], built: list[Any], before: set[int]) -> None:
+        """The start was cancelled (a stop during start-up): end it within seconds, not minutes.
+
+        vLLM's build cannot be interrupted from outside its thread, but it fails at once when its
+        EngineCore process dies (it polls the processes' sentinels while waiting for their handshake).
+        So every process started since the build began is killed (nothing in them is worth keeping:
+        no request ever ran), again until the thread has ended (it may start one more meanwhile); an
+        engine that got built all the same is shut down.
+        """
+        self._stopped = True
+        self._abandoned.set()
+        log.info("engine start abandoned: stopping the processes it started")
+        keep = {pid for pid in (engine_reaper.resource_tracker_pid(),) if pid is not None}
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + ABANDON_START_SECONDS
+        killed: set[int] = set()
+        while not build.done() and loop.time() < deadline:
+            killed |= engine_reaper.kill_new_processes(before, keep)
+            await asyncio.wait({build}, timeout=0.2)
+        killed |= engine_reaper.kill_new_processes(before, keep)
+        if not build.done():
+            log.warning("the engine's build thread is still running", waited_s=ABANDON_START_SECONDS)
+            return
+        if build.exception() is None and built:
+            llm = built.pop()
+            await _cancel_output_handler(llm)
+            with _deliberate_shutdown_logged_as_info(), contextlib.suppress(Exception):
+                await asyncio.to_thread(llm.shutdown)
+        log.info("engine start abandoned", killed_processes=len(killed))
 
     async def stop(self) -> None:
         """Shut the engine and its worker processes down (a few seconds). Safe to call twice."""
@@ -325,8 +381,9 @@ class Engine(Lifecycle):
 
 
 @contextlib.contextmanager
-def _sigint_blocked_in_new_processes() -> Iterator[None]:
-    """Block SIGINT in this (worker) thread while the engine's processes are started from it.
+def _signals_blocked_in_new_processes() -> Iterator[None]:
+    """Block SIGINT (and SIGHUP, SIGUSR1, SIGUSR2) in this (worker) thread while the engine's
+    processes are started from it.
 
     A child inherits the signal mask of the thread that starts it (fork, and multiprocessing's
     spawn, which forks and execs), and a blocked signal stays blocked even after the child installs
@@ -338,16 +395,22 @@ def _sigint_blocked_in_new_processes() -> Iterator[None]:
 
     Python's multiprocessing starts its resource tracker on first use (vLLM's first spawn) and
     *unblocks* SIGINT and SIGTERM in the calling thread afterwards, whatever was blocked before; so
-    it is started here first, and later spawns leave the mask alone.
+    it is started here first, and later spawns leave the mask alone. SIGHUP, SIGUSR1 and SIGUSR2 are
+    blocked before it starts, so a signal sent to the whole process group leaves the tracker alone
+    too (their default action kills; the main process handles them, see :mod:`daemon.cli`).
     """
     from multiprocessing import resource_tracker
 
-    resource_tracker.ensure_running()
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, set(engine_reaper.IGNORED_SIGNALS))
     try:
+        resource_tracker.ensure_running()
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
         yield
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
+_sigint_blocked_in_new_processes = _signals_blocked_in_new_processes  # its former name
 
 
 async def _cancel_output_handler(llm: Any) -> None:

@@ -225,9 +225,15 @@ class Service:
         finally:
             stop.cancel()
         if not start.done():
-            # Stop asked for during start-up: let the start finish (vLLM cannot be interrupted
-            # mid-build without leaking processes), then shut down.
-            log.info("stop requested while the engine starts; waiting for it to finish starting")
+            # Stop asked for during start-up: a start takes minutes on a GPU host, longer than the
+            # unit's TimeoutStopSec. Cancel it: the engine kills the processes it had started and
+            # ends its build (daemon.engine.Engine._abandon_start); run() then stops with exit 0.
+            log.info("stop requested while the engine starts: abandoning the start")
+            start.cancel()
+            await asyncio.wait({start})
+            if not start.cancelled() and (exc := start.exception()) is not None:
+                log.info("the abandoned engine start ended with an error", error=str(exc))
+            return
         try:
             await start
         except EngineDeadError as exc:

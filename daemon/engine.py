@@ -285,6 +285,11 @@ class Engine(Lifecycle):
         await _cancel_output_handler(llm)
         with _deliberate_shutdown_logged_as_info():
             await asyncio.to_thread(llm.shutdown)
+        # AsyncLLM.__del__ calls shutdown() again; if the object lives on until interpreter teardown
+        # (a reference we could not find outlives the shielded start since the start became
+        # cancellable), that second call fails noisily on half-torn-down modules. It has nothing left
+        # to do: make it a no-op on this instance.
+        llm.shutdown = _already_shut_down
         # Drop the engine now: AsyncLLM.__del__ shuts down again, which fails noisily if it only
         # runs during interpreter teardown.
         self._llm = None
@@ -411,6 +416,10 @@ def _signals_blocked_in_new_processes() -> Iterator[None]:
 
 
 _sigint_blocked_in_new_processes = _signals_blocked_in_new_processes  # its former name
+
+
+def _already_shut_down(*args: object, **kwargs: object) -> None:
+    """Stands in for the shutdown of an engine already shut down."""
 
 
 async def _cancel_output_handler(llm: Any) -> None:

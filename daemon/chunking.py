@@ -40,13 +40,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from daemon.errors import DocumentError
+
 # Strongest first. Each pattern's match is the separator; a cut may fall anywhere inside it.
+# Repeated groups are possessive (``++``, ``*+``): a greedy group repeat keeps a backtracking entry
+# per repetition in the regex engine, about 145 bytes each, so one run of a million newlines (or a
+# heading number "1.1.1..." as long) cost some 145 MiB while it was matched. The matches are the same.
 _HEADING: Final = (
     r"(?:#{1,6}\s|(?:ARTICLE|Article|SECTION|Section|CHAPTER|Chapter|PART|Part|APPENDIX|Appendix|"
-    r"ANNEX|Annex|SCHEDULE|Schedule|§)\s*[0-9IVXLC]|\d+(?:\.\d+)*\.?[ \t]+\S|[A-Z][A-Z0-9 ,.;:'()/&-]{3,}\n)"
+    r"ANNEX|Annex|SCHEDULE|Schedule|§)\s*[0-9IVXLC]|\d+(?:\.\d+)*+\.?[ \t]+\S|[A-Z][A-Z0-9 ,.;:'()/&-]{3,}\n)"
 )
 SEPARATOR_LEVELS: Final = (
-    re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+[ \t]*|\f\s*|\n[ \t]*\n[ \t]*(?=" + _HEADING + ")"),
+    re.compile(r"\n[ \t]*\n(?:[ \t]*\n)++[ \t]*|\f\s*|\n[ \t]*\n[ \t]*(?=" + _HEADING + ")"),
     re.compile(r"\n[ \t]*\n[ \t]*"),
     re.compile(r"\n"),
     re.compile(r"(?<=[.!?…;])[\"'”’)\]]*\s+"),
@@ -208,11 +213,26 @@ def _cut_points(tokens: TokenizedText, pattern: re.Pattern[str]) -> array[int]:
     return points
 
 
-def split_into_chunks(tokens: TokenizedText, budget: int, overlap: int = 0) -> list[Chunk]:
+def min_chunks(total: int, budget: int, overlap: int = 0) -> int:
+    """The fewest chunks of at most ``budget`` tokens, consecutive ones sharing ``overlap``, that can
+    cover ``total`` tokens: no cut can do with fewer, so a count above a limit refuses a document
+    before it is cut."""
+    if total <= budget:
+        return 1
+    return math.ceil((total - overlap) / (budget - overlap))
+
+
+def split_into_chunks(
+    tokens: TokenizedText, budget: int, overlap: int = 0, *, max_chunks: int | None = None
+) -> list[Chunk]:
     """Cut ``tokens`` into chunks of at most ``budget`` tokens, in order, covering all of it.
 
     Consecutive chunks overlap by about ``overlap`` tokens. Chunks are evened out: a 2.1-budget
     document becomes three chunks of about 0.7 budget, not two full ones and a scrap.
+
+    ``max_chunks`` (``summary.max_parts``): when the token count alone says more chunks are needed
+    (:func:`min_chunks`), DocumentError ``too_long`` before any cut point is computed. The cut may
+    still need more than the minimum; the caller checks the count of what is returned.
     """
     if budget < 2:
         raise ValueError(f"chunk budget must be at least 2 tokens, got {budget}")
@@ -223,8 +243,14 @@ def split_into_chunks(tokens: TokenizedText, budget: int, overlap: int = 0) -> l
     total = len(tokens)
     if total <= budget:
         return [_chunk(tokens, 0, total, -1)]
+    pieces = min_chunks(total, budget, overlap)
+    if max_chunks is not None and pieces > max_chunks:
+        raise DocumentError(
+            "too_long",
+            f"the document needs at least {pieces} parts of up to {budget} tokens ({total} tokens); "
+            f"summary.max_parts is {max_chunks}",
+        )
     breaks = _Breaks(tokens)
-    pieces = math.ceil((total - overlap) / (budget - overlap))
     target = min(budget, math.ceil((total - overlap) / pieces) + overlap + budget // 10)
     chunks: list[Chunk] = []
     start = 0

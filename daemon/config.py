@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import os
+import stat
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
@@ -33,12 +35,56 @@ from daemon.budget import check_lengths
 from daemon.errors import ConfigError
 
 ENV_PREFIX = "DOCSUMD_"
+MAX_CONFIG_BYTES: Final = 1 << 20
+"""The largest config file read (1 MiB); a larger one is a configuration error."""
+MAX_INSTRUCTION_FILE_BYTES: Final = 256 << 10
+"""The largest ``instruction_file`` read (256 KiB); a larger one is a configuration error."""
+_OPEN_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
 
 
 class _Section(BaseModel):
-    """Base of every config section: unknown keys are errors, so a typo never passes silently."""
+    """Base of every config section: unknown keys are errors, so a typo never passes silently;
+    floats must be finite (``inf`` and ``nan`` are refused everywhere, from the file or the
+    environment)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+
+def read_regular_file(path: Path, limit: int) -> bytes:
+    """The bytes of ``path`` if it is a regular file (a link to one is followed) of at most
+    ``limit`` bytes. ValueError (with the reason) if it is not a regular file or is larger; OSError
+    if it cannot be read. Never blocks on a FIFO (opened non-blocking, refused by ``fstat``) and never
+    reads more than ``limit + 1`` bytes (a device such as /dev/zero is refused before any read)."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise ValueError(f"{_describe_kind(os.stat(path).st_mode)}, not a regular file")
+    fd = os.open(path, _OPEN_FLAGS)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):  # swapped since the stat
+            raise ValueError(f"{_describe_kind(info.st_mode)}, not a regular file")
+        if info.st_size > limit:
+            raise ValueError(f"{info.st_size} bytes, larger than the limit of {limit}")
+        chunks: list[bytes] = []
+        size = 0
+        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > limit:  # grew since the fstat
+            raise ValueError(f"larger than the limit of {limit} bytes")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
+def _describe_kind(mode: int) -> str:
+    kinds = (
+        (stat.S_ISDIR, "a folder"),
+        (stat.S_ISFIFO, "a FIFO (named pipe)"),
+        (stat.S_ISSOCK, "a socket"),
+        (stat.S_ISCHR, "a character device"),
+        (stat.S_ISBLK, "a block device"),
+    )
+    return next((words for test, words in kinds if test(mode)), "not a regular file")
 
 
 class EngineConfig(_Section):
@@ -235,12 +281,14 @@ class ProfileConfig(_Section):
 
 
 def read_instruction_file(path: Path) -> str:
-    """An instruction file's text; ValueError (a config error naming the key) if it is not usable."""
+    """An instruction file's text; ValueError (a config error naming the key) if it is not usable:
+    missing, not a regular file (a FIFO, a device, a folder), larger than
+    :data:`MAX_INSTRUCTION_FILE_BYTES`, not UTF-8, or empty."""
     try:
-        text = path.read_text(encoding="utf-8").strip()
+        text = read_regular_file(path, MAX_INSTRUCTION_FILE_BYTES).decode("utf-8").strip()
     except FileNotFoundError:
         raise ValueError(f"instruction file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
         raise ValueError(f"cannot read instruction file {str(path)!r}: {exc}") from None
     if not text:
         raise ValueError(f"instruction file {str(path)!r} is empty")
@@ -366,7 +414,9 @@ class FolderSourceConfig(_Section):
         "(protects against half-written inputs from writers that do not rename into the inbox).",
     )
     rescan_seconds: float = Field(
-        default=30.0, gt=0.0, description="Full rescan period, a safety net for missed file events."
+        default=30.0,
+        gt=0.0,
+        description="Full rescan period, a safety net for missed file events.",
     )
     profile: ProfileName | None = Field(
         default=None, description="The profile of this folder's documents; default summary.profile."
@@ -503,7 +553,9 @@ class KafkaSourceConfig(_Section):
         "fetch.max.wait.ms, which would keep a core busy; 0 turns it off.",
     )
     commit_interval_seconds: float = Field(
-        default=1.0, gt=0.0, description="How often finished offsets are committed (also on stop, rebalance)."
+        default=1.0,
+        gt=0.0,
+        description="How often finished offsets are committed (also on stop, rebalance).",
     )
     lag_interval_seconds: float = Field(default=10.0, gt=0.0, description="Consumer lag metric period.")
     session_timeout_ms: int = Field(
@@ -634,6 +686,7 @@ class Config(BaseSettings):
         env_nested_delimiter="__",
         extra="forbid",
         frozen=True,
+        allow_inf_nan=False,
     )
 
     engine: EngineConfig
@@ -750,21 +803,38 @@ class Config(BaseSettings):
 
 
 def load_config(path: Path | str) -> Config:
-    """Read ``path`` (TOML), apply ``DOCSUMD_*`` overrides and validate. Raises :class:`ConfigError`."""
+    """Read ``path`` (TOML), apply ``DOCSUMD_*`` overrides and validate. Raises :class:`ConfigError`.
+
+    The file must be a regular file (or a link to one) of at most :data:`MAX_CONFIG_BYTES`: a FIFO
+    or a device is refused without blocking or reading it."""
     config_path = Path(path)
     try:
-        raw = tomllib.loads(config_path.read_text(encoding="utf-8"))
+        text = read_regular_file(config_path, MAX_CONFIG_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{config_path}: no such config file") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{config_path}: cannot read: {exc}") from None
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ConfigError(f"{config_path}: cannot read the config file: {exc}") from None
+    try:
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{config_path}: not valid TOML: {exc}") from None
+    except RecursionError:
+        raise ConfigError(f"{config_path}: not valid TOML: nested too deeply") from None
+    except (ValueError, TypeError, MemoryError) as exc:
         raise ConfigError(f"{config_path}: not valid TOML: {exc}") from None
     _resolve_relative_paths(raw, config_path.resolve().parent)
     try:
         return Config(**raw)
     except ValidationError as exc:
-        raise ConfigError(_describe_validation_error(config_path, exc)) from None
+        try:
+            message = _describe_validation_error(config_path, exc)
+        except RecursionError:
+            message = f"{config_path}: invalid configuration (values nested too deeply)"
+        raise ConfigError(message) from None
+    except RecursionError:
+        raise ConfigError(f"{config_path}: invalid configuration: values nested too deeply") from None
+    except ValueError as exc:  # e.g. an environment override that is not valid JSON
+        raise ConfigError(f"{config_path}: invalid configuration: {exc}") from None
 
 
 def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:

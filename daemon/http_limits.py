@@ -7,8 +7,12 @@ descriptors, and then the inbox rescan, result writes and everything else that o
 
 :class:`LimitedListener` serves an aiohttp runner on ``host:port`` with :class:`ConnectionLimits`:
 
-* at most ``max_connections`` connections at once: beyond that, a new connection is closed as soon
-  as it is accepted (its descriptor is freed at once);
+* at most ``max_connections`` connections at once. At the cap, a new connection takes the place of
+  the connection that has waited longest without a request in progress (one still sending its
+  headers, or kept alive idle): that one is aborted. Only when every connection has a request in
+  progress (bounded by ``response_seconds``) is the new one closed as soon as it is accepted. So a
+  client holding every slot with half-sent requests cannot starve a health probe: the probe, which
+  sends its request at once, evicts the stalest of them. The descriptor bound holds either way;
 * a request's headers must arrive within ``request_seconds`` of the connection opening, or of the
   first byte of the next request on a kept-alive connection;
 * a handler and the writing of its response get ``response_seconds``;
@@ -16,6 +20,10 @@ descriptors, and then the inbox rescan, result writes and everything else that o
 
 A connection past its deadline is aborted. Running out of descriptors while accepting (EMFILE) is
 logged at most once in a while (:mod:`daemon.fd_exhaustion`) and accepting resumes a second later.
+
+Malformed requests and failing handlers are logged by :class:`ServerErrorLog` (aiohttp's own server
+logger would write an error line with a traceback for each): one warning per interval, without a
+traceback, with the count of those held back.
 """
 
 from __future__ import annotations
@@ -24,7 +32,9 @@ import asyncio
 import contextlib
 import enum
 import errno
+import logging
 import socket
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
@@ -67,6 +77,9 @@ class _Counters:
         self.open = 0
         self.refused = 0
         self.timed_out = 0
+        self.evicted = 0
+        self.live: dict[_LimitedConnection, None] = {}  # counted connections
+        self.evictions = LogThrottle(_LOG_INTERVAL_SECONDS)
         self.refusals = LogThrottle(_LOG_INTERVAL_SECONDS)
         self.timeouts = LogThrottle(_LOG_INTERVAL_SECONDS)
         self.accept_errors = LogThrottle(_LOG_INTERVAL_SECONDS)
@@ -85,12 +98,34 @@ class _LimitedConnection(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._deadline: asyncio.TimerHandle | None = None
         self._state = _State.READING
+        self.since = time.monotonic()  # when the current state began
+        self._counted = False
+
+    @property
+    def evictable(self) -> bool:
+        """No request in progress: still reading headers, or idle between requests."""
+        return self._state is not _State.BUSY and self._counted
+
+    def _uncount(self) -> None:
+        if self._counted:
+            self._counted = False
+            self._counters.open -= 1
+            self._counters.live.pop(self, None)
+
+    def evict(self) -> None:
+        """Make room for a new connection: stop counting this one and abort it."""
+        self._disarm()
+        self._uncount()
+        if self._transport is not None:
+            self._transport.abort()
 
     # -- asyncio.Protocol ------------------------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._counters.open += 1
+        self._counters.live[self] = None
+        self._counted = True
         self._transport = transport
         self._inner = self._inner_factory()
         self._inner.connection_made(transport)
@@ -102,6 +137,7 @@ class _LimitedConnection(asyncio.Protocol):
         if self._state is _State.IDLE:
             # The next request begins: its headers get request_seconds from their first byte, once.
             self._state = _State.READING
+            self.since = time.monotonic()
             self._arm(self._limits.request_seconds)
         self._inner.data_received(data)
 
@@ -121,7 +157,7 @@ class _LimitedConnection(asyncio.Protocol):
         if self._inner is None:
             return
         inner, self._inner = self._inner, None
-        self._counters.open -= 1
+        self._uncount()
         inner.connection_lost(exc)
 
     # -- called by the middleware ----------------------------------------------------------------
@@ -129,12 +165,14 @@ class _LimitedConnection(asyncio.Protocol):
     def handler_started(self) -> None:
         """A request's headers are in and its handler runs: it and its response get response_seconds."""
         self._state = _State.BUSY
+        self.since = time.monotonic()
         self._arm(self._limits.response_seconds)
 
     def handler_finished(self) -> None:
         """The handler returned: writing its response and then idling until the next request get
         the longer of idle_seconds and response_seconds together."""
         self._state = _State.IDLE
+        self.since = time.monotonic()
         self._arm(max(self._limits.idle_seconds, self._limits.response_seconds))
 
     # -- deadlines -------------------------------------------------------------------------------
@@ -214,6 +252,11 @@ class LimitedListener(Lifecycle):
         """Connections aborted past a deadline."""
         return self._counters.timed_out
 
+    @property
+    def evicted_connections(self) -> int:
+        """Connections without a request in progress aborted to make room for a new one at the cap."""
+        return self._counters.evicted
+
     async def start(self) -> None:
         """Bind (port 0: a free port, then in :attr:`port`) and accept connections."""
         if self._socket is not None:
@@ -253,7 +296,7 @@ class LimitedListener(Lifecycle):
                     self._note_accept_error(exc)
                 await asyncio.sleep(ACCEPT_RETRY_SECONDS)
                 continue
-            if self._counters.open >= self.limits.max_connections:
+            if self._counters.open >= self.limits.max_connections and not self._evict_one():
                 self._refuse(conn)
                 continue
             await self._serve(loop, conn)
@@ -271,6 +314,25 @@ class LimitedListener(Lifecycle):
             conn.close()
             log.debug("metrics endpoint: could not set up a connection", error=str(exc))
 
+    def _evict_one(self) -> bool:
+        """At the cap: abort the connection that has waited longest without a request in progress.
+        False if every connection has one."""
+        counters = self._counters
+        victim = min((c for c in counters.live if c.evictable), key=lambda c: c.since, default=None)
+        if victim is None:
+            return False
+        victim.evict()
+        counters.evicted += 1
+        if (held := counters.evictions.pass_through()) is not None:
+            log.warning(
+                "metrics endpoint: connection limit reached; closing the stalest connection without a "
+                "request in progress",
+                max_connections=self.limits.max_connections,
+                suppressed=held,
+                evicted=counters.evicted,
+            )
+        return True
+
     def _refuse(self, conn: socket.socket) -> None:
         counters = self._counters
         counters.refused += 1
@@ -286,3 +348,52 @@ class LimitedListener(Lifecycle):
     def _note_accept_error(self, exc: OSError) -> None:
         if (held := self._counters.accept_errors.pass_through()) is not None:
             log.warning("metrics endpoint: accept failed; retrying", error=str(exc), suppressed=held)
+
+
+class ServerErrorLog(logging.Logger):
+    """The logger aiohttp's request handler is given (``AppRunner(..., logger=...)``).
+
+    aiohttp logs each malformed request (and each exception a handler raises) with
+    ``logger.exception``: an error line with a traceback, for every bad request a client cares to
+    send. Here they become one warning per :data:`_LOG_INTERVAL_SECONDS`, with the error's text and
+    the number held back since the last one, never a traceback. Debug lines go to debug without
+    their traceback.
+    """
+
+    def __init__(self, interval: float = _LOG_INTERVAL_SECONDS) -> None:
+        super().__init__("docsumd.http", logging.DEBUG)
+        self.throttle = LogThrottle(interval)
+
+    def _note(self, msg: object, args: tuple[object, ...], exc_info: object) -> None:
+        if (held := self.throttle.pass_through()) is None:
+            return
+        error = exc_info if isinstance(exc_info, BaseException) else None
+        text = str(msg)
+        with contextlib.suppress(TypeError, ValueError):
+            text = text % args if args else text
+        log.warning(
+            "metrics endpoint: bad request or failed handler",
+            detail=text,
+            error=(f"{type(error).__name__}: {error}" if error is not None else None),
+            suppressed=held,
+            total=self.throttle.total,
+        )
+
+    def exception(self, msg: object, *args: object, exc_info: object = True, **kwargs: object) -> None:
+        self._note(msg, args, exc_info)
+
+    def error(self, msg: object, *args: object, **kwargs: object) -> None:
+        self._note(msg, args, kwargs.get("exc_info"))
+
+    def warning(self, msg: object, *args: object, **kwargs: object) -> None:
+        self._note(msg, args, kwargs.get("exc_info"))
+
+    def debug(self, msg: object, *args: object, **kwargs: object) -> None:
+        exc_info = kwargs.get("exc_info")
+        text = str(msg)
+        with contextlib.suppress(TypeError, ValueError):
+            text = text % args if args else text
+        log.debug(
+            "metrics endpoint: " + text,
+            error=(str(exc_info) if isinstance(exc_info, BaseException) else None),
+        )

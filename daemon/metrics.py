@@ -6,6 +6,8 @@ there, so one scrape returns both.
 
 The endpoint caps its connections and times out slow clients (:mod:`daemon.http_limits`): it is
 reachable by anyone who can reach the port, and must not let them use up the daemon's descriptors.
+At the cap a new connection evicts the stalest one without a request in progress, so clients holding
+every slot with half-sent requests cannot starve ``/healthz`` and ``/readyz`` probes.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import prometheus_client
 from aiohttp import web
 from prometheus_client import Counter, Gauge, Histogram
 
-from daemon.http_limits import ConnectionLimits, LimitedListener, deadline_middleware
+from daemon.http_limits import ConnectionLimits, LimitedListener, ServerErrorLog, deadline_middleware
 from daemon.lifecycle import Lifecycle
 from daemon.logging import get_logger
 from daemon.records import Summary
@@ -202,9 +204,14 @@ class MetricsServer(Lifecycle):
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         # aiohttp's own keep-alive (an hour by default) no longer than ours; shutdown_timeout: a stop
-        # does not wait for a slow client.
+        # does not wait for a slow client. logger: malformed requests are logged once in a while,
+        # without a traceback (aiohttp's own logger writes one with a traceback per request).
         runner = web.AppRunner(
-            app, access_log=None, keepalive_timeout=self.limits.idle_seconds, shutdown_timeout=1.0
+            app,
+            access_log=None,
+            keepalive_timeout=self.limits.idle_seconds,
+            shutdown_timeout=1.0,
+            logger=ServerErrorLog(),
         )
         await runner.setup()
         listener = LimitedListener(runner, self.host, self.port, self.limits)

@@ -216,3 +216,78 @@ def test_real_documents_cut_on_sections_or_paragraphs(tokenizer: Any, corpus: Pa
         chunks = split_into_chunks(tokens, 2000, 64)
         _check_cover(tokens, chunks, 2000)
         assert all(chunk.break_name in ("section", "paragraph") for chunk in chunks[:-1]), name
+
+
+# -- runs of newlines: bounded memory, same breaks; too_long before cutting ---------------------------
+
+# The section and heading patterns as they were, with greedy group repeats (same matches, but a
+# backtracking entry per repetition).
+_OLD_HEADING = (
+    r"(?:#{1,6}\s|(?:ARTICLE|Article|SECTION|Section|CHAPTER|Chapter|PART|Part|APPENDIX|Appendix|"
+    r"ANNEX|Annex|SCHEDULE|Schedule|§)\s*[0-9IVXLC]|\d+(?:\.\d+)*\.?[ \t]+\S|[A-Z][A-Z0-9 ,.;:'()/&-]{3,}\n)"
+)
+_OLD_SECTION = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+[ \t]*|\f\s*|\n[ \t]*\n[ \t]*(?=" + _OLD_HEADING + ")")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "x" + "\n" * (1 << 20) + "y",
+        "x" + "\n \t" * (1 << 18) + "y",
+        "x\n\n1" + ".1" * (1 << 19) + " Scope",
+    ],
+    ids=["newlines", "blank-lines-with-spaces", "long-heading-number"],
+)
+def test_separators_of_a_long_run_are_found_in_bounded_memory(text: str) -> None:
+    import tracemalloc
+
+    from daemon.chunking import SEPARATOR_LEVELS
+
+    tracemalloc.start()
+    try:
+        counts = [sum(1 for _ in pattern.finditer(text)) for pattern in SEPARATOR_LEVELS]
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert counts[0] == 1
+    assert peak < 4 << 20  # was about 145 MiB per million repetitions
+
+
+@HYPOTHESIS
+@given(st.text(alphabet="\n \t\fx1.A#", max_size=60))
+def test_the_section_pattern_matches_as_it_did(text: str) -> None:
+    from daemon.chunking import SEPARATOR_LEVELS
+
+    assert [m.span() for m in SEPARATOR_LEVELS[0].finditer(text)] == [
+        m.span() for m in _OLD_SECTION.finditer(text)
+    ]
+
+
+def test_a_document_of_newlines_is_too_long_before_it_is_cut(
+    tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon import chunking
+    from daemon.errors import DocumentError
+
+    tokens = tokenize_text(tokenizer, "x" + "\n" * 200_000 + "y")
+
+    def no_cutting(tokens: TokenizedText) -> None:
+        raise AssertionError("cut points were computed")
+
+    monkeypatch.setattr(chunking, "_Breaks", no_cutting)
+    with pytest.raises(DocumentError) as caught:
+        split_into_chunks(tokens, 1000, 100, max_chunks=8)
+    assert caught.value.reason == "too_long"
+    assert f"({len(tokens)} tokens)" in str(caught.value)
+    assert "summary.max_parts is 8" in str(caught.value)
+
+
+def test_max_chunks_lets_a_document_that_may_fit_be_cut(tokenizer: Any) -> None:
+    from daemon.chunking import min_chunks
+
+    tokens = tokenize_text(tokenizer, "word " * 3000)
+    needed = min_chunks(len(tokens), 1000, 100)
+    assert needed == -(-(len(tokens) - 100) // 900)
+    chunks = split_into_chunks(tokens, 1000, 100, max_chunks=needed)
+    assert chunks == split_into_chunks(tokens, 1000, 100)
+    assert min_chunks(10, 1000, 100) == 1

@@ -371,3 +371,135 @@ def test_kafka_sasl_password_is_not_shown(tmp_path: Path) -> None:
 def test_kafka_sasl_without_mechanism_is_a_config_error(tmp_path: Path) -> None:
     text = MINIMAL + KAFKA + 'security_protocol = "SASL_SSL"\n'
     assert "sasl_mechanism" in config_error(config_file(tmp_path, text))
+
+
+# -- files that are not plain files, huge files, deep nesting, non-finite numbers -------------------
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _check_config(path: Path) -> subprocess.CompletedProcess[str]:
+    """``docsumd check-config path`` in a child with 4 GiB of address space, killed after 60 s: a
+    config that blocks the start or is read without bound fails the test instead of hanging it."""
+
+    def limit() -> None:
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (4 << 30, 4 << 30))
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DOCSUMD_")}
+    return subprocess.run(
+        [sys.executable, "-m", "daemon", "check-config", str(path)],
+        check=False,
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        preexec_fn=limit,
+    )
+
+
+def test_a_config_file_that_is_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "docsumd.toml"
+    os.mkfifo(fifo)
+    result = _check_config(fifo)
+    assert result.returncode == 2, result.stderr
+    assert f"{fifo}: cannot read the config file: a FIFO (named pipe), not a regular file" in result.stderr
+
+
+def test_a_config_link_to_a_device_is_refused_without_reading_it(tmp_path: Path) -> None:
+    link = tmp_path / "docsumd.toml"
+    link.symlink_to("/dev/zero")
+    result = _check_config(link)
+    assert result.returncode == 2, result.stderr
+    assert "a character device, not a regular file" in result.stderr
+
+
+def test_a_config_file_over_the_size_limit_is_refused(tmp_path: Path) -> None:
+    from daemon.config import MAX_CONFIG_BYTES
+
+    path = config_file(tmp_path, MINIMAL + "#" * MAX_CONFIG_BYTES + "\n")
+    assert "larger than the limit of 1048576" in config_error(path)
+
+
+def test_a_config_link_to_a_regular_file_is_read(tmp_path: Path) -> None:
+    target = config_file(tmp_path, MINIMAL)
+    link = tmp_path / "link.toml"
+    link.symlink_to(target)
+    assert load_config(link).engine.model == "some-org/some-model"
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "huge", "folder"])
+def test_an_instruction_file_that_is_not_a_small_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
+    from daemon.config import MAX_INSTRUCTION_FILE_BYTES
+
+    target = tmp_path / "memo.txt"
+    if kind == "fifo":
+        os.mkfifo(target)
+    elif kind == "device":
+        target.symlink_to("/dev/zero")
+    elif kind == "folder":
+        target.mkdir()
+    else:
+        target.write_text("x" * (MAX_INSTRUCTION_FILE_BYTES + 1), encoding="utf-8")
+    path = config_file(tmp_path, MINIMAL + '[profiles.memo]\ninstruction_file = "memo.txt"\n')
+    result = _check_config(path)
+    assert result.returncode == 2, result.stderr
+    assert "profiles.memo.instruction_file" in result.stderr
+    assert "cannot read instruction file" in result.stderr
+
+
+def test_deep_toml_nesting_is_a_config_error_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    depth = 100_000
+    path = config_file(tmp_path, MINIMAL + "a = " + "[" * depth + "]" * depth + "\n")
+    assert main(["check-config", str(path)]) == 2
+    assert "nested too deeply" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("section", "line", "key"),
+    [
+        ("[sources.folder]", "settle_seconds = inf", "sources.folder.settle_seconds"),
+        ("[sources.folder]", "io_timeout_seconds = inf", "sources.folder.io_timeout_seconds"),
+        ("[sources.folder]", "rescan_seconds = nan", "sources.folder.rescan_seconds"),
+        ("[service]", "drain_seconds = inf", "service.drain_seconds"),
+        ("[service]", "stall_seconds = nan", "service.stall_seconds"),
+        ("[service]", "status_interval_seconds = inf", "service.status_interval_seconds"),
+        ("[admission]", "window_seconds = inf", "admission.window_seconds"),
+        ("[summary]", "temperature = inf", "summary.temperature"),
+        ("[summary]", "repetition_penalty = nan", "summary.repetition_penalty"),
+        ("[engine]", "gpu_memory_utilization = nan", "engine.gpu_memory_utilization"),
+    ],
+)
+def test_non_finite_and_endless_numbers_are_config_errors(
+    tmp_path: Path, section: str, line: str, key: str
+) -> None:
+    if section == "[sources.folder]":  # the last section of _folders
+        text = MINIMAL + _folders("in", "out") + line + "\n"
+    elif section == "[engine]":  # the section of MINIMAL
+        text = MINIMAL + line + "\n"
+    else:
+        text = MINIMAL + _folders("in", "out") + f"{section}\n{line}\n"
+    assert key in config_error(config_file(tmp_path, text))
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-inf", "Infinity"])
+def test_non_finite_environment_overrides_are_config_errors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, value: str
+) -> None:
+    monkeypatch.setenv("DOCSUMD_SOURCES__FOLDER__SETTLE_SECONDS", value)
+    monkeypatch.setenv("DOCSUMD_SERVICE__DRAIN_SECONDS", value)
+    message = config_error(config_file(tmp_path, MINIMAL + _folders("in", "out")))
+    assert "sources.folder.settle_seconds" in message
+    assert "service.drain_seconds" in message
+
+
+def test_finite_durations_still_load(tmp_path: Path) -> None:
+    text = MINIMAL + _folders("in", "out") + "settle_seconds = 0.0\nio_timeout_seconds = 86400\n"
+    folder = load_config(config_file(tmp_path, text)).sources.folder
+    assert folder is not None
+    assert folder.settle_seconds == 0.0
+    assert folder.io_timeout_seconds == 86400

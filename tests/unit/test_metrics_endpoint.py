@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
 from daemon import http_limits
 from daemon.http_limits import ConnectionLimits
@@ -154,7 +156,7 @@ async def test_idle_kept_alive_connection_is_closed() -> None:
         assert took < max(LIMITS.idle_seconds, LIMITS.response_seconds) + 3
 
 
-async def test_connections_over_the_cap_are_closed_at_once_and_logged_rarely(recorded: Recorder) -> None:
+async def test_connections_over_the_cap_evict_the_stalest_and_are_logged_rarely(recorded: Recorder) -> None:
     async with serving() as server:
         listener = server.listener
         assert listener is not None
@@ -163,24 +165,109 @@ async def test_connections_over_the_cap_are_closed_at_once_and_logged_rarely(rec
         ]
         await asyncio.sleep(0.1)
         assert listener.open_connections == LIMITS.max_connections
-        extra = [await asyncio.open_connection("127.0.0.1", server.port) for _ in range(20)]
-        for reader, _ in extra:
+        extra = []
+        for _ in range(20):
+            extra.append(await asyncio.open_connection("127.0.0.1", server.port))
+            await asyncio.sleep(0.01)  # accepted in this order
+        clients = [*held, *extra]
+        # The oldest 20 silent connections made room for the newer ones, at once; the newest stay.
+        for reader, _ in clients[:20]:
             took = await closed_within(reader, 2.0)
             assert took is not None
-            assert took < 2.0
+            assert took < 0.3 + 0.02 * 20
         assert listener.open_connections == LIMITS.max_connections
-        assert listener.refused_connections == 20
-        assert (
-            recorded.events().count("metrics endpoint: connection limit reached; closing new connections")
-            == 1
-        )
-        # The held connections time out; then the endpoint serves again.
-        for reader, _ in held:
-            assert await closed_within(reader, WAIT) is not None
-        for _, writer in (*held, *extra):
+        assert listener.evicted_connections == 20
+        assert listener.refused_connections == 0
+        evictions = [
+            e for e in recorded.events() if e.startswith("metrics endpoint: connection limit reached")
+        ]
+        assert len(evictions) == 1
+        for _, writer in clients:
             writer.close()
         assert (await get(server.port))[0] == 200
-        assert listener.open_connections <= 1
+
+
+async def test_connections_with_requests_in_progress_are_not_evicted() -> None:
+    """At the cap with every connection's handler running, a new connection is closed at once."""
+    release = asyncio.Event()
+
+    async def slow(request: web.Request) -> web.Response:
+        await release.wait()
+        return web.Response(text="done")
+
+    app = web.Application(middlewares=[http_limits.deadline_middleware])
+    app.router.add_get("/slow", slow)
+    runner = web.AppRunner(app, access_log=None, logger=http_limits.ServerErrorLog())
+    await runner.setup()
+    listener = http_limits.LimitedListener(runner, "127.0.0.1", 0, LIMITS)
+    await listener.start()
+    try:
+        busy = [
+            await asyncio.open_connection("127.0.0.1", listener.port) for _ in range(LIMITS.max_connections)
+        ]
+        for _, writer in busy:
+            writer.write(b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+        await asyncio.sleep(0.2)
+        reader, writer = await asyncio.open_connection("127.0.0.1", listener.port)
+        took = await closed_within(reader, 2.0)
+        writer.close()
+        assert took is not None
+        assert listener.refused_connections == 1
+        assert listener.evicted_connections == 0
+        release.set()
+        for reader, writer in busy:
+            assert b"done" in await asyncio.wait_for(reader.read(), WAIT)
+            writer.close()
+    finally:
+        await listener.stop()
+        await runner.cleanup()
+
+
+async def test_probes_get_through_while_slow_clients_hold_every_slot() -> None:
+    """80 local clients with half-sent requests (the default cap is 64): every /healthz still answers."""
+    limits = ConnectionLimits(request_seconds=60, response_seconds=60, idle_seconds=60)
+    async with serving(limits) as server:
+        slow = []
+        for _ in range(80):
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            slow.append((reader, writer))
+        await asyncio.sleep(0.2)
+        statuses = []
+        for i in range(54):
+            statuses.append((await get(server.port, "/healthz" if i % 2 else "/readyz"))[0])
+            # the slow clients come back, as an attacker's would
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: ")
+            slow.append((reader, writer))
+        assert statuses == [200] * 54
+        assert server.listener is not None
+        assert server.listener.open_connections <= limits.max_connections
+        for _, writer in slow:
+            writer.close()
+
+
+async def test_malformed_requests_are_logged_rarely_without_a_traceback(
+    recorded: Recorder, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with serving() as server:
+        for _ in range(100):
+            reader, writer = await asyncio.open_connection("127.0.0.1", server.port)
+            writer.write(b"GET /healthz HTTP/1.1\r\nHost: x\r\nNo colon here\r\n\r\n")
+            response = await asyncio.wait_for(reader.read(), WAIT)
+            writer.close()
+            assert b" 400 " in response.split(b"\r\n", 1)[0]
+        assert (await get(server.port))[0] == 200
+    stdlib = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
+    assert stdlib == []
+    warnings = [(e, f) for lvl, e, f in recorded.records if lvl == "warning"]
+    assert len(warnings) == 1
+    event, fields = warnings[0]
+    assert event == "metrics endpoint: bad request or failed handler"
+    assert fields["suppressed"] == 0
+    assert "BadHttpMessage" in fields["error"] or "400" in fields["error"]
 
 
 async def test_stop_does_not_wait_for_slow_clients(recorded: Recorder) -> None:

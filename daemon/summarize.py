@@ -24,6 +24,7 @@ documents already in progress finish first. One document has at most
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
@@ -235,8 +236,16 @@ class Summarizer:
     async def _map_reduce(self, run: _DocumentRun, tokens: TokenizedText, plan: _Plan) -> Summary:
         budget = plan.profile.budget
         part_tokens = budget.part_summary_tokens
+        # max_chunks: a document whose token count alone needs too many parts is refused before
+        # its cut points are computed (a long run of one character made that costly).
         chunks = await asyncio.to_thread(
-            split_into_chunks, tokens, budget.part_input_tokens, budget.overlap_tokens
+            functools.partial(
+                split_into_chunks,
+                tokens,
+                budget.part_input_tokens,
+                budget.overlap_tokens,
+                max_chunks=self.config.max_parts,
+            )
         )
         if len(chunks) > self.config.max_parts:
             raise DocumentError(

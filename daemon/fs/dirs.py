@@ -59,20 +59,16 @@ class Dir:
             fd = os.open(self.path, _DIR_FLAGS)
         except OSError as exc:
             raise ConfigError(f"{self.key} ({self.path}): {_why_not_a_folder(exc)}") from exc
-        try:
-            found = os.fstat(fd)
-            if self.private:
-                _check_private(found, self.key, self.path)
-        except BaseException:
-            os.close(fd)
-            raise
-        self._fd, self._identity = fd, (found.st_dev, found.st_ino)
+        self._hold(fd)
 
     def fd_in(self, parent: Dir) -> None:
         """Open the folder by its name in ``parent`` (never through a link), checked as :meth:`open`."""
         if self._fd is not None:
             return
-        fd = os.open(self.path.name, _DIR_FLAGS, dir_fd=parent.fd)
+        self._hold(os.open(self.path.name, _DIR_FLAGS, dir_fd=parent.fd))
+
+    def _hold(self, fd: int) -> None:
+        """Keep ``fd`` as the folder's descriptor once checked (closed if the check fails)."""
         try:
             found = os.fstat(fd)
             if self.private:

@@ -57,6 +57,8 @@ WARM_UP_REQUEST_ID = "docsumd-warm-up"
 """The id of the one request :meth:`Engine.start` sends before the engine counts as ready."""
 
 ABANDON_START_SECONDS = 30.0
+STOP_PROCESSES_SECONDS = 10.0
+"""How long a stop waits for the engine's processes to exit after vLLM's shutdown, before killing them."""
 """How long a cancelled start may take to end its build thread (it ends seconds after its processes
 are killed; a build still in vLLM's front-end set-up ends when that does)."""
 
@@ -157,6 +159,7 @@ class Engine(Lifecycle):
         self._llm: Any = None
         self._stopped = False
         self._abandoned = threading.Event()
+        self._processes = engine_reaper.Processes(set())
         self._params: dict[Sampling, SamplingParams] = {}
         self.start_seconds: float | None = None
 
@@ -203,6 +206,8 @@ class Engine(Lifecycle):
             # Shielded: a cancelled start must not drop the thread, it ends it (_abandon_start).
             await asyncio.shield(build)
             self._llm = built.pop()
+            keep = {pid for pid in (engine_reaper.resource_tracker_pid(),) if pid is not None}
+            self._processes = engine_reaper.Processes(engine_reaper.descendants() - before - keep)
         except asyncio.CancelledError:
             await self._abandon_start(build, built, before)
             raise
@@ -295,7 +300,27 @@ class Engine(Lifecycle):
         self._llm = None
         gc.unfreeze()  # the engine was built before the freeze: let this collection see its cycles
         gc.collect()
+        await self._reap_processes()
         log.info("engine stopped")
+
+    async def _reap_processes(self) -> None:
+        """Wait for the engine's processes to exit; kill those that outlive the wait.
+
+        vLLM's shutdown stops EngineCore and EngineCore its workers, but does not wait for every
+        one of them: seen once in CI, a worker outlived a clean stop by more than 15 s, holding its
+        memory (a GPU's on a GPU host) after docsumd had exited 0.
+        """
+        for _ in range(int(STOP_PROCESSES_SECONDS / 0.1)):
+            if not self._processes.alive():
+                break
+            await asyncio.sleep(0.1)
+        killed = self._processes.kill()
+        if killed:
+            log.warning(
+                "engine processes outlived the shutdown: killed",
+                pids=sorted(killed),
+                waited_s=STOP_PROCESSES_SECONDS,
+            )
 
     async def generate(
         self,

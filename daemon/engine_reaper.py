@@ -35,6 +35,7 @@ This module imports only the standard library at import time: engine processes i
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import sys
@@ -85,6 +86,9 @@ def watch_parent(
             else:
                 time.sleep(poll_seconds)
         _say(f"the process that started it ({parent_pid}) is gone: shutting down")
+        # The kernel ends the process when the alarm fires (SIGALRM's default action), even if
+        # the interpreter is stuck in its finalization, where this daemon thread no longer runs.
+        signal.alarm(max(1, math.ceil(grace_seconds)))
         os.kill(os.getpid(), signal.SIGTERM)
         time.sleep(grace_seconds)
         _say("still running after the grace: killing itself")
@@ -98,6 +102,7 @@ def watch_parent(
 def _prepare_engine_process() -> None:
     for signum in IGNORED_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
+    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the watch's backstop (see watch_parent)
     watch_parent()
 
 
@@ -198,6 +203,35 @@ def descendants(pid: int | None = None) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return found
+
+
+def _start_time(pid: int) -> str | None:
+    """When ``pid`` started (clock ticks since boot), or None if it is gone or a zombie."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    return None if fields[0] in ("Z", "X") else fields[19]
+
+
+class Processes:
+    """Processes known by id and start time, so that a reused id is not mistaken for one of them."""
+
+    def __init__(self, pids: set[int]) -> None:
+        self._started = {pid: t for pid in pids if (t := _start_time(pid)) is not None}
+
+    def alive(self) -> set[int]:
+        """The ones still running (an orphan re-parented away from this process included)."""
+        return {pid for pid, t in self._started.items() if _start_time(pid) == t}
+
+    def kill(self) -> set[int]:
+        """SIGKILL the ones still running; returns them."""
+        killed = set()
+        for pid in self.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+        return killed
 
 
 def kill_new_processes(before: set[int], keep: set[int]) -> set[int]:

@@ -1,4 +1,4 @@
-"""A model of vLLM's step scheduler, driven by the daemon's real :class:`~daemon.admission.Admission`.
+"""A model of vLLM's step scheduler, driven by the daemon's real :class:`~daemon.engine.admission.Admission`.
 
 Device time is scarce, so admission policies are explored here first and only the promising ones
 are measured on the GPU (``bench/compare.py``). The model is vLLM v1's scheduler with chunked
@@ -37,8 +37,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from daemon.admission import Admission, admission_limits  # noqa: E402
 from daemon.config import AdmissionConfig, EngineConfig  # noqa: E402
+from daemon.engine.admission import Admission, admission_limits  # noqa: E402
 
 SHORT_MAX_TOKENS = 2000
 TEMPLATE_TOKENS = 60

@@ -67,7 +67,7 @@ sys.path.insert(0, str(REPO))
 from daemon.cli import prepare_process  # noqa: E402
 from daemon.config import Config, FolderSourceConfig, MetricsConfig, SourcesConfig, load_config  # noqa: E402
 from daemon.contracts import Generation, Sampling  # noqa: E402
-from daemon.engine import Engine, engine_kwargs, load_tokenizer  # noqa: E402
+from daemon.engine.vllm_engine import Engine, engine_kwargs, load_tokenizer  # noqa: E402
 from daemon.records import parse_request_id  # noqa: E402
 
 SHORT_MAX_TOKENS = 2000  # documents up to this many tokens count as short in the latency split

@@ -108,8 +108,8 @@ def child(args: argparse.Namespace) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from daemon.config import Config, EngineConfig, LimitsConfig, MetricsConfig, ServiceConfig, SummaryConfig
     from daemon.contracts import Generation, Sampling
-    from daemon.engine import load_tokenizer
-    from daemon.logging import configure_logging
+    from daemon.engine.vllm_engine import load_tokenizer
+    from daemon.ops.logging import configure_logging
     from daemon.service import Service
     from daemon.sinks.folder import FolderSink
     from daemon.sources.files import FilesSource
@@ -242,7 +242,7 @@ def main() -> None:
         model = args.model
         if model is None:
             sys.path.insert(0, str(REPO))
-            from daemon.tiny_model import build_tiny_model
+            from daemon.engine.tiny_model import build_tiny_model
 
             model = build_tiny_model(Path(scratch) / "tiny")
         shapes = [shape for shape in args.shapes.split(",") if shape]

@@ -8,7 +8,7 @@ documents are summarized in three passes, each on a freshly started engine (an e
 * ``B``: every document under profile B (``brief``, a longer instruction);
 * ``AB``: the same documents in the same order, alternating A and B.
 
-Documents go through docsumd's own path (the real :class:`~daemon.summarize.Summarizer` with its
+Documents go through docsumd's own path (the real :class:`~daemon.summary.summarizer.Summarizer` with its
 prompts, map-reduce and admission, on the real vLLM engine), all submitted at once as a backlog
 would be. vLLM reports the prompt tokens it served from its prefix cache per request
 (``Generation.cached_prompt_tokens``), in whole KV blocks. Per pass:
@@ -77,7 +77,7 @@ def main() -> int:
 
     report = {
         "what": "prefix-cache hit rate, two profiles interleaved (AB) against one profile (A, B)",
-        "model": str(args.model or "tiny (daemon/tiny_model.py)"),
+        "model": str(args.model or "tiny (daemon/engine/tiny_model.py)"),
         "documents": [doc.name for doc in docs],
         "engine": {
             key: getattr(config.engine, key)
@@ -106,7 +106,7 @@ def _documents(folder: Path | None, count: int, max_bytes: int) -> list[Path]:
 
 
 def _tiny_model(folder: Path) -> Path:
-    from daemon.tiny_model import build_tiny_model
+    from daemon.engine.tiny_model import build_tiny_model
 
     return build_tiny_model(folder)
 
@@ -128,14 +128,14 @@ def _config(model: Path, summary_tokens: int) -> Any:
 
 async def _pass(config: Any, docs: Sequence[Path], names: Sequence[str]) -> dict[str, Any]:
     """One pass on a fresh engine: every document, the i-th under ``names[i % len(names)]``."""
-    from daemon.admission import admission_for_engine
     from daemon.contracts import Generation, Sampling
-    from daemon.documents import decode_document
-    from daemon.engine import Engine, load_tokenizer
-    from daemon.profiles import build_profiles
-    from daemon.prompts import PromptKind
+    from daemon.document.decode import decode_document
+    from daemon.engine.admission import admission_for_engine
+    from daemon.engine.vllm_engine import Engine, load_tokenizer
     from daemon.records import parse_request_id
-    from daemon.summarize import Summarizer
+    from daemon.summary.profiles import build_profiles
+    from daemon.summary.prompts import PromptKind
+    from daemon.summary.summarizer import Summarizer
 
     tokenizer = load_tokenizer(config.engine)
     profiles = build_profiles(config, tokenizer)

@@ -133,7 +133,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 def describe_profiles(config: Config) -> list[str]:
     """One line per profile: its name, version, style and length, who uses it, what it is for."""
-    from daemon.profiles import instructions_of, profile_version
+    from daemon.summary.profiles import instructions_of, profile_version
 
     users: dict[str, list[str]] = {}
     for source, name in config.source_profiles().items():
@@ -156,8 +156,8 @@ def _check_budget(config: Config) -> None:
     """Check every profile's context budget with the served model's tokenizer, as ``run`` does
     before the engine starts (ConfigError: exit 2). Without a reachable tokenizer, say it was not
     checked."""
-    from daemon.engine import load_tokenizer
-    from daemon.profiles import build_profiles
+    from daemon.engine.vllm_engine import load_tokenizer
+    from daemon.summary.profiles import build_profiles
 
     if Path(config.engine.model).exists():
         # A local model needs no hub: do not wait on one that may be unreachable.
@@ -198,7 +198,7 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
 
 
 def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
-    from daemon.tiny_model import build_tiny_model
+    from daemon.engine.tiny_model import build_tiny_model
 
     if (args.dir / "config.json").exists() and not args.force:
         print(f"{args.dir} already holds a model (use --force to rebuild)", file=sys.stderr)
@@ -214,8 +214,8 @@ def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
 def prepare_process(config: Config) -> None:
     """Logging, the environment vLLM and Hugging Face read (defaults only: the user's win), and a
     check of settings this machine's vLLM cannot run (raises ConfigError)."""
-    from daemon.engine import check_platform_support
-    from daemon.logging import configure_logging
+    from daemon.engine.vllm_engine import check_platform_support
+    from daemon.ops.logging import configure_logging
 
     # Our handler renders vLLM's records; without this vLLM installs its own at import.
     os.environ.setdefault("VLLM_CONFIGURE_LOGGING", "0")
@@ -235,7 +235,7 @@ def prepare_process(config: Config) -> None:
 
 
 async def _serve(config: Config) -> int:
-    from daemon.notify import SystemdNotifier
+    from daemon.ops.notify import SystemdNotifier
     from daemon.service import Service
 
     # The entry point is the one place that reads the process environment.
@@ -250,7 +250,7 @@ async def _serve(config: Config) -> int:
 async def _run_service(service: Service) -> int:
     """Run ``service`` with the stop signals wired to its drain; EXIT_OK, or EXIT_FATAL (logged)."""
     from daemon.errors import FatalError
-    from daemon.logging import get_logger
+    from daemon.ops.logging import get_logger
 
     _install_signal_handlers(service)
     try:
@@ -314,8 +314,8 @@ def _ignore_signals_until_handled() -> None:
 
 def _install_signal_handlers(service: Service) -> None:
     """SIGTERM and SIGINT drain and stop; SIGUSR1 logs a status line; SIGHUP and SIGUSR2 are logged and
-    ignored. None of them is fatal. (The engine's processes ignore the last three: daemon.engine.)"""
-    from daemon.logging import get_logger
+    ignored. None of them is fatal. (The engine's processes ignore the last three: daemon.engine.reaper.)"""
+    from daemon.ops.logging import get_logger
 
     log = get_logger("daemon.cli")
     loop = asyncio.get_running_loop()
@@ -335,8 +335,8 @@ def _install_signal_handlers(service: Service) -> None:
 
 def _log_status(service: Service) -> None:
     """SIGUSR1: one line with what the service knows now."""
-    from daemon.logging import get_logger
-    from daemon.metrics import INFLIGHT
+    from daemon.ops.logging import get_logger
+    from daemon.ops.metrics import INFLIGHT
 
     stats = service.stats
     get_logger("daemon.cli").info(

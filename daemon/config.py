@@ -31,8 +31,8 @@ from pydantic import (
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from daemon.budget import check_lengths
 from daemon.errors import ConfigError
+from daemon.summary.budget import check_lengths
 
 ENV_PREFIX = "DOCSUMD_"
 MAX_CONFIG_BYTES: Final = 1 << 20
@@ -304,7 +304,7 @@ def shipped_profiles() -> Mapping[str, ProfileConfig]:
 
 
 class AdmissionConfig(_Section):
-    """What the engine is given at once, and in which order (see daemon/admission.py).
+    """What the engine is given at once, and in which order (see daemon/engine/admission.py).
 
     Every limit left unset is derived from the engine's settings, so nothing needs tuning per workload.
     """
@@ -705,7 +705,8 @@ class Config(BaseSettings):
     @model_validator(mode="after")
     def _summary_fits_context(self) -> Self:
         # The context-budget rules that need no tokenizer, so that a wrong length fails on load;
-        # daemon/budget.py has them all and checks the rest in build_profiles, before the engine starts.
+        # daemon/summary/budget.py has them all and checks the rest in build_profiles, before the
+        # engine starts.
         context = self.engine.max_model_len
         try:
             check_lengths(context, self.summary.max_summary_tokens, self.summary.part_tokens(context))

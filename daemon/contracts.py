@@ -20,7 +20,7 @@ settled, and the pipeline fails it instead).
 **Engine** (:class:`EngineClient`): runs one request to completion; a cancelled call aborts its
 request and re-raises. It raises :class:`~daemon.errors.RequestError` when one request failed (the
 document fails, the daemon goes on) and :class:`~daemon.errors.EngineDeadError` when the engine is
-gone (fatal). :class:`daemon.engine.Engine` is the vLLM implementation.
+gone (fatal). :class:`daemon.engine.vllm_engine.Engine` is the vLLM implementation.
 
 Every implementation has idempotent ``start()``/``stop()``.
 """

@@ -3,7 +3,7 @@
 Three kinds, and only three:
 
 * **Per document** (recoverable): :class:`DocumentError`, with a stable ``reason`` code (listed in
-  :mod:`daemon.documents`). The document gets a failure record (error file, dead letter) and a metric,
+  :mod:`daemon.document.decode`). The document gets a failure record (error file, dead letter) and a metric,
   its input is acknowledged, and the daemon goes on. An engine :class:`RequestError` (vLLM refused or
   failed one request) becomes a ``DocumentError("engine_error", ...)`` in the summarizer. A sink that
   cannot write one document's record (it cannot be encoded, the file system refuses its name) raises

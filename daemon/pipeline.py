@@ -28,14 +28,14 @@ from typing import Final
 
 import structlog
 
-from daemon.documents import decode_document, sha256_hex
+from daemon.document.decode import decode_document, sha256_hex
 from daemon.errors import DocumentError, EngineDeadError, SinkError
-from daemon.logging import get_logger
-from daemon.metrics import observe_failed, observe_profiles, observe_summarized
-from daemon.options import parse_options
-from daemon.profiles import Profile
+from daemon.ops.logging import get_logger
+from daemon.ops.metrics import observe_failed, observe_profiles, observe_summarized
 from daemon.records import Summary, failure_record, fallback_failure_record, result_record
-from daemon.summarize import Summarizer
+from daemon.summary.options import parse_options
+from daemon.summary.profiles import Profile
+from daemon.summary.summarizer import Summarizer
 from daemon.work import WorkItem
 
 log = get_logger(__name__)

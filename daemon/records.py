@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Final
 from daemon import __version__
 
 if TYPE_CHECKING:
-    from daemon.documents import Document
+    from daemon.document.decode import Document
     from daemon.errors import DocumentError
 
 Record = dict[str, Any]
@@ -64,7 +64,8 @@ class Summary:
     profile: str
     """The profile it was summarized under (a name from the config)."""
     profile_version: str
-    """The version of that profile's wording and sampling (:func:`daemon.profiles.profile_version`)."""
+    """The version of that profile's wording and sampling (see
+    :func:`~daemon.summary.profiles.profile_version`)."""
     parts: int
     depth: int
     requests: int

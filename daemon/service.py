@@ -22,21 +22,21 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from daemon.admission import admission_for_engine
-from daemon.byte_budget import ByteBudget, Holding
 from daemon.config import Config
 from daemon.contracts import EngineClient, ReleasingSource, Source, TroubledSource
-from daemon.engine import Engine, load_tokenizer
+from daemon.engine.admission import admission_for_engine
+from daemon.engine.byte_budget import ByteBudget, Holding
+from daemon.engine.progress import ProgressWatch
+from daemon.engine.vllm_engine import Engine, load_tokenizer
 from daemon.errors import EngineDeadError, FatalError, SinkError
 from daemon.factory import build_sources
-from daemon.logging import get_logger
-from daemon.metrics import ENGINE_STARTING, ENGINE_UP, INFLIGHT, QUEUED, READY, MetricsServer
-from daemon.notify import SystemdNotifier
+from daemon.ops.logging import get_logger
+from daemon.ops.metrics import ENGINE_STARTING, ENGINE_UP, INFLIGHT, QUEUED, READY, MetricsServer
+from daemon.ops.notify import SystemdNotifier
 from daemon.pipeline import OK, DocumentPipeline, OnFinished
-from daemon.profiles import Profiles, build_profiles
-from daemon.progress import ProgressWatch
-from daemon.prompts import ChatTokenizer
-from daemon.summarize import Summarizer
+from daemon.summary.profiles import Profiles, build_profiles
+from daemon.summary.prompts import ChatTokenizer
+from daemon.summary.summarizer import Summarizer
 from daemon.work import WorkItem
 
 log = get_logger(__name__)
@@ -74,7 +74,7 @@ class Service:
     ) -> None:
         """Everything not passed in is built from ``config``: the vLLM ``engine``, the served model's
         ``tokenizer``, the ``profiles`` with their context budgets
-        (:func:`~daemon.profiles.build_profiles`, checked before the engine starts) and the
+        (:func:`~daemon.summary.profiles.build_profiles`, checked before the engine starts) and the
         ``sources`` (:func:`~daemon.factory.build_sources`). ``on_finished(item, outcome)`` is told
         of each finished document (outcome ``ok`` or a failure reason), e.g. for a progress bar;
         ``notifier`` tells systemd of readiness, the drain and the status, and pings its watchdog."""
@@ -108,7 +108,7 @@ class Service:
     def healthy(self) -> bool:
         """Process alive, engine not dead (a starting engine counts as healthy), and work moving: with
         documents in flight or waiting, one finished or an engine request completed within
-        ``service.stall_seconds`` (:mod:`daemon.progress`)."""
+        ``service.stall_seconds`` (:mod:`daemon.engine.progress`)."""
         if self._fatal is not None or not (self.engine.is_running or not self._ready):
             return False
         if any(isinstance(source, TroubledSource) and source.problem for source in self.sources):
@@ -227,7 +227,7 @@ class Service:
         if not start.done():
             # Stop asked for during start-up: a start takes minutes on a GPU host, longer than the
             # unit's TimeoutStopSec. Cancel it: the engine kills the processes it had started and
-            # ends its build (daemon.engine.Engine._abandon_start); run() then stops with exit 0.
+            # ends its build (daemon.engine.vllm_engine.Engine._abandon_start); run() then stops with exit 0.
             log.info("stop requested while the engine starts: abandoning the start")
             start.cancel()
             await asyncio.wait({start})

@@ -42,7 +42,7 @@ class WorkItem:
     """Read the document's own summary options (a JSON object, as dict, bytes or text), or None."""
     profile: str | None = None
     """The profile its source chose (a name from the config); None: ``summary.profile``. The
-    document's own options may still choose another (:meth:`daemon.profiles.Profiles.choose`)."""
+    document's own options may still choose another (:meth:`daemon.summary.profiles.Profiles.choose`)."""
     received_at: float = field(default_factory=time.monotonic)
     settled: bool = False
     size: int | None = None

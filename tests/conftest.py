@@ -17,7 +17,7 @@ from tests.kafka_broker import KafkaBroker, noida_binary
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's own tiny random-weight model with its tokenizer (no download), built once per session."""
-    from daemon.tiny_model import build_tiny_model
+    from daemon.engine.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 

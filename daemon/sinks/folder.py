@@ -5,11 +5,11 @@ into place; the folder itself is then synced. Both folders are opened once at st
 only through their descriptors (:mod:`daemon.fs.dirs`): a folder swapped for a link later changes
 nothing. A reader therefore sees either no file or the whole
 file, and after a power cut the rename is durable before the input is acknowledged. Running out of
-file descriptors is waited out (:mod:`daemon.fd_exhaustion`).
+file descriptors is waited out (:mod:`daemon.ops.fd_exhaustion`).
 
 Names: a record of key ``KEY`` is ``KEY.summary.json`` or ``KEY.error.json`` when ``KEY`` is UTF-8
 and short enough; otherwise a readable prefix and a hash of the key stand in for it
-(:func:`daemon.names.record_stem`), so every name fits the file system. The folder source passes keys
+(:func:`daemon.fs.names.record_stem`), so every name fits the file system. The folder source passes keys
 that fit already (its claims' record stems).
 
 Errors, per the policy of :mod:`daemon.errors`: a record that cannot be encoded, or whose name this
@@ -25,12 +25,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
-from daemon.blocking_io import BlockingIO, file_io
-from daemon.durable import write_atomic, write_atomic_at
 from daemon.errors import DocumentError, SinkError
-from daemon.fd_exhaustion import retry_on_fd_exhaustion
+from daemon.fs.blocking_io import BlockingIO, file_io
 from daemon.fs.dirs import Dir
-from daemon.names import record_stem
+from daemon.fs.durable import write_atomic, write_atomic_at
+from daemon.fs.names import record_stem
+from daemon.ops.fd_exhaustion import retry_on_fd_exhaustion
 from daemon.records import Record, encode_record
 
 RESULT_SUFFIX: Final = ".summary.json"
@@ -41,7 +41,7 @@ _PER_NAME_ERRNOS: Final = frozenset({errno.ENAMETOOLONG, errno.EILSEQ})
 
 
 def write_json_atomic(path: Path, record: Record) -> None:
-    """Write ``record`` as JSON to ``path`` atomically and durably (:func:`daemon.durable.write_atomic`)."""
+    """Write ``record`` as JSON to ``path`` atomically and durably (``fs.durable.write_atomic``)."""
     write_atomic(path, encode_record(record, pretty=True))
 
 

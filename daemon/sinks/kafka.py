@@ -29,7 +29,7 @@ from typing import Any, Final, Literal
 from daemon.config import KafkaSourceConfig
 from daemon.errors import DocumentError, ProducerFencedError, SinkError
 from daemon.lifecycle import Lifecycle
-from daemon.logging import get_logger
+from daemon.ops.logging import get_logger
 from daemon.records import Headers, Record, encode_record
 
 log = get_logger(__name__)

@@ -6,7 +6,7 @@ Layout: ``WORK/K.STEM/NAME``, and ``WORK/K.STEM/SIDECAR`` for the options sideca
   What docsumd reads from then on is what it acknowledges: nobody can swap or rename over the file in
   the inbox any more, and a new file of the same name in the inbox is simply a new input.
 * ``STEM`` is the claim's **record stem**: its result is ``outbox/STEM.summary.json``, its failure
-  record ``failed/STEM.error.json``. It is chosen when claiming (:func:`daemon.names.record_stem`,
+  record ``failed/STEM.error.json``. It is chosen when claiming (:func:`daemon.fs.names.record_stem`,
   then ``~2``, ``~3``... until it is free in both folders and among claims), so writing the record
   again after a crash replaces only this input's own record, never another's.
 * ``K`` is the number of **consecutive unclean exits** the input was in flight at, counting this run
@@ -24,7 +24,7 @@ mode 0700) through names docsumd made. A folder renamed, replaced or swapped for
 redirects nothing.
 
 Every method here blocks on the file system: the folder source calls them on its I/O threads
-(:mod:`daemon.blocking_io`), one at a time per claim.
+(:mod:`daemon.fs.blocking_io`), one at a time per claim.
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Final
 
-from daemon.durable import rename_noreplace_at
 from daemon.errors import ConfigError
 from daemon.fs.dirs import PRIVATE_MODE, Dir
-from daemon.logging import get_logger
-from daemon.names import MAX_STEM_BYTES, first_free, numbered, record_stem, shortened
+from daemon.fs.durable import rename_noreplace_at
+from daemon.fs.names import MAX_STEM_BYTES, first_free, numbered, record_stem, shortened
+from daemon.ops.logging import get_logger
 from daemon.records import display_name
 from daemon.sinks.folder import ERROR_SUFFIX, FolderSink
 from daemon.sources.inbox_names import is_sidecar_name, sidecar_names

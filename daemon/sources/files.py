@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-from daemon.documents import read_input_file
+from daemon.document.decode import read_input_file
 from daemon.records import Record
 from daemon.sinks.folder import FolderSink
 from daemon.work import WorkItem

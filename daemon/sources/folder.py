@@ -20,7 +20,7 @@ is picked up.
 Claiming (:mod:`daemon.sources.claims`): a settled file is first moved, by one atomic rename, into
 its own folder in the private work folder, with the options sidecar that applies. Only then is it
 read, without following links and without blocking, and only if it is a regular file
-(:mod:`daemon.safe_read`). What is read is what is acknowledged; a new file of the same name in the
+(:mod:`daemon.fs.safe_read`). What is read is what is acknowledged; a new file of the same name in the
 inbox is a new input.
 
 Folders (:mod:`daemon.fs.dirs`): the inbox, work, done and failed folders are opened once at start
@@ -33,7 +33,7 @@ only as itself (the claims are in it).
 
 Per-document options: a sidecar ``NAME.options.json`` (for ``NAME.txt`` either ``NAME.txt.options.json``
 or ``NAME.options.json``; the first wins if both exist) holds a JSON object of summary options
-(:mod:`daemon.options`). Sidecars are never documents themselves. Write the sidecar before the
+(:mod:`daemon.summary.options`). Sidecars are never documents themselves. Write the sidecar before the
 document: it is claimed with it. It moves with its document to ``done/`` or ``failed/``.
 
 Acknowledgement: after the sink wrote the result (``outbox/STEM.summary.json``), the input moves to
@@ -42,7 +42,7 @@ both times under its own name if that is free there, else ``NAME~2``, ``NAME~3``
 overwritten. A crash before that leaves it in the work folder, where the next start finds it again;
 after ``crash_loop_exits`` unclean exits with it in flight it is set aside (reason ``crash_loop``).
 
-Every file-system call runs on the file I/O threads (:mod:`daemon.blocking_io`), bounded by
+Every file-system call runs on the file I/O threads (:mod:`daemon.fs.blocking_io`), bounded by
 ``io_timeout_seconds``: a hung read fails its document, never the event loop or the shutdown.
 
 Backpressure: the source hands out a file only when the service asks for the next item, so a large
@@ -63,16 +63,16 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import Final, TypeVar
 
-from daemon.blocking_io import BlockingIO, file_io
 from daemon.config import DEFAULT_PROFILE, FolderSourceConfig
 from daemon.errors import DocumentError, SinkError
-from daemon.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
+from daemon.fs.blocking_io import BlockingIO, file_io
 from daemon.fs.dirs import Dir
+from daemon.fs.safe_read import NotRegularFileError, read_bounded, read_regular_file
 from daemon.lifecycle import Lifecycle
-from daemon.logging import get_logger
-from daemon.metrics import observe_failed
+from daemon.ops.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
+from daemon.ops.logging import get_logger
+from daemon.ops.metrics import observe_failed
 from daemon.records import Record, display_name, failure_record, name_fields
-from daemon.safe_read import NotRegularFileError, read_bounded, read_regular_file
 from daemon.sinks.folder import FolderSink
 from daemon.sources.claims import Claim, WorkFolder
 from daemon.sources.inbox_names import (
@@ -640,7 +640,7 @@ class FolderSource(Lifecycle):
 
     async def _io_call(self, function: Callable[..., T], *args: object) -> T:
         """``function(*args)`` on the I/O threads, within ``io_timeout_seconds`` (else TimeoutError).
-        Out of file descriptors, it is tried again until some come back (:mod:`daemon.fd_exhaustion`):
+        Out of file descriptors, it is tried again until some come back (:mod:`daemon.ops.fd_exhaustion`):
         not the document's fault, and no reason to stop; every call passed here is safe to repeat."""
         return await retry_on_fd_exhaustion(
             functools.partial(function, *args),

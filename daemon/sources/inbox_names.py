@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Final
 
-from daemon.names import MAX_NAME_BYTES, byte_length
+from daemon.fs.names import MAX_NAME_BYTES, byte_length
 
 IGNORED_PREFIXES: Final = (".", "~$")
 IGNORED_SUFFIXES: Final = (

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 
 from daemon.config import EngineConfig, SummaryConfig
-from daemon.engine import Engine
+from daemon.engine.vllm_engine import Engine
 from daemon.errors import EngineDeadError
-from daemon.profiles import summary_sampling
+from daemon.summary.profiles import summary_sampling
 from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
 
 pytestmark = pytest.mark.engine

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from daemon.config import load_config
-from daemon.profiles import instructions_of, profile_version
+from daemon.summary.profiles import instructions_of, profile_version
 from tests.corpus import corpus_text
 from tests.e2e.harness import REPO, DaemonProcess, Layout, configure_kafka, drop_file, wait_for
 from tests.kafka_broker import KafkaBroker, Topics, all_committed, create_topics, produce, read_all

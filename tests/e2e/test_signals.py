@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.engine_reaper import descendants
+from daemon.engine.reaper import descendants
 from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
 
 pytestmark = pytest.mark.engine

@@ -11,7 +11,7 @@ SIGKILL. Change the unit's ``KillMode`` and this test follows it.
 
 A second test does what Ctrl-C at a terminal does: SIGINT to the whole foreground process group,
 vLLM's EngineCore included. The engine's processes leave SIGINT to the main process
-(:mod:`daemon.engine`), so this drains too.
+(:mod:`daemon.engine.vllm_engine`), so this drains too.
 
 Real engine, tiny model, documents from the shared corpus. Prints the stop time with the number of
 documents in flight (the README's Operations section quotes it).

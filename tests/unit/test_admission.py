@@ -1,4 +1,4 @@
-"""Unit tests for daemon.admission.Admission: bounds, order, prefill queue, light waves, aging, cancellation.
+"""daemon.engine.admission.Admission: bounds, order, prefill queue, light waves, aging, cancellation.
 
 No engine and no fakes: requests are plain tasks holding ``Admission.slot`` until the test releases them,
 and the test says when a request's prefill is done. Everything is driven by events and
@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY
 
-from daemon.admission import Admission, AdmissionLimits, SlotHandle, admission_limits
 from daemon.config import AdmissionConfig, EngineConfig
+from daemon.engine.admission import Admission, AdmissionLimits, SlotHandle, admission_limits
 
 LIGHT = 100  # prompt tokens of a light request (light_prompt_tokens below)
 HEAVY = 1000

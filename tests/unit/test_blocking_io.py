@@ -1,4 +1,4 @@
-"""Unit tests for daemon.blocking_io: results, errors, timeouts, stuck threads, and exit not waiting.
+"""Unit tests for daemon.fs.blocking_io: results, errors, timeouts, stuck threads, and exit not waiting.
 
 Stuck calls are simulated with threading events that the test releases at its end; every wait is
 bounded.
@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from daemon.blocking_io import BlockingIO
+from daemon.fs.blocking_io import BlockingIO
 
 
 @pytest.fixture
@@ -83,7 +83,7 @@ def test_a_stuck_call_does_not_hold_up_the_process_exit() -> None:
     # asyncio.to_thread's threads are joined at exit; these are not.
     script = (
         "import asyncio, threading\n"
-        "from daemon.blocking_io import BlockingIO\n"
+        "from daemon.fs.blocking_io import BlockingIO\n"
         "async def main():\n"
         "    pool = BlockingIO('exit', workers=1)\n"
         "    try:\n"

@@ -1,4 +1,4 @@
-"""Unit tests for daemon.budget: the lengths of valid configurations, and what refuses the others.
+"""Unit tests for daemon.summary.budget: the lengths of valid configurations, and what refuses the others.
 
 The tokenizer is the tiny model's real one (session fixture), so the template overheads are real.
 The expected numbers of valid configurations were computed by the code before the budget had its own
@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from daemon.budget import ContextBudget, check_lengths
 from daemon.config import Config, EngineConfig, Style, SummaryConfig
 from daemon.errors import ConfigError, DocumentError
-from daemon.profiles import build_profiles
-from daemon.prompts import PromptBuilder, PromptKind
+from daemon.summary.budget import ContextBudget, check_lengths
+from daemon.summary.profiles import build_profiles
+from daemon.summary.prompts import PromptBuilder, PromptKind
 
 
 def make_budget(tokenizer: Any, context_tokens: int, **summary: Any) -> ContextBudget:

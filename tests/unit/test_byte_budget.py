@@ -1,4 +1,4 @@
-"""Unit tests of daemon.byte_budget: bytes of documents in progress, first come first served."""
+"""Unit tests of daemon.engine.byte_budget: bytes of documents in progress, first come first served."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from daemon.byte_budget import ByteBudget
 from daemon.config import Config, EngineConfig, LimitsConfig, MetricsConfig, ServiceConfig, SummaryConfig
+from daemon.engine.byte_budget import ByteBudget
 from daemon.service import Service
 from daemon.sinks.folder import FolderSink
 from daemon.sources.files import FilesSource

@@ -1,4 +1,4 @@
-"""Unit tests for daemon.chunking with the tiny model's real tokenizer (no engine).
+"""Unit tests for daemon.summary.chunking with the tiny model's real tokenizer (no engine).
 
 Property tests (hypothesis): chunks cover the whole text in order, none exceeds its budget, and cuts
 fall on the strongest separator present (paragraphs, then sentences) when one exists.
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.chunking import (
+from daemon.summary.chunking import (
     Chunk,
     TokenizedText,
     head_tail_ids,
@@ -241,7 +241,7 @@ _OLD_SECTION = re.compile(r"\n[ \t]*\n(?:[ \t]*\n)+[ \t]*|\f\s*|\n[ \t]*\n[ \t]*
 def test_separators_of_a_long_run_are_found_in_bounded_memory(text: str) -> None:
     import tracemalloc
 
-    from daemon.chunking import SEPARATOR_LEVELS
+    from daemon.summary.chunking import SEPARATOR_LEVELS
 
     tracemalloc.start()
     try:
@@ -256,7 +256,7 @@ def test_separators_of_a_long_run_are_found_in_bounded_memory(text: str) -> None
 @HYPOTHESIS
 @given(st.text(alphabet="\n \t\fx1.A#", max_size=60))
 def test_the_section_pattern_matches_as_it_did(text: str) -> None:
-    from daemon.chunking import SEPARATOR_LEVELS
+    from daemon.summary.chunking import SEPARATOR_LEVELS
 
     assert [m.span() for m in SEPARATOR_LEVELS[0].finditer(text)] == [
         m.span() for m in _OLD_SECTION.finditer(text)
@@ -266,8 +266,8 @@ def test_the_section_pattern_matches_as_it_did(text: str) -> None:
 def test_a_document_of_newlines_is_too_long_before_it_is_cut(
     tokenizer: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from daemon import chunking
     from daemon.errors import DocumentError
+    from daemon.summary import chunking
 
     tokens = tokenize_text(tokenizer, "x" + "\n" * 200_000 + "y")
 
@@ -283,7 +283,7 @@ def test_a_document_of_newlines_is_too_long_before_it_is_cut(
 
 
 def test_max_chunks_lets_a_document_that_may_fit_be_cut(tokenizer: Any) -> None:
-    from daemon.chunking import min_chunks
+    from daemon.summary.chunking import min_chunks
 
     tokens = tokenize_text(tokenizer, "word " * 3000)
     needed = min_chunks(len(tokens), 1000, 100)

@@ -1,4 +1,4 @@
-"""Unit tests for daemon.documents: decoding, refusal reasons and size limits.
+"""Unit tests for daemon.document.decode: decoding, refusal reasons and size limits.
 
 The bad-input corpus lives in ``shared/corpus/bad`` beside the repository checkout; each of its files
 must get the documented reason code (or decode, for the valid ones).
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from daemon.documents import Document, check_size, decode_document, decode_text, read_input_file
+from daemon.document.decode import Document, check_size, decode_document, decode_text, read_input_file
 from daemon.errors import DocumentError
 from tests.corpus import BAD_CORPUS_DECODABLE, BAD_CORPUS_REASONS, CORPUS_DIR
 

@@ -1,4 +1,4 @@
-"""Unit tests for daemon.durable: result files take the process umask, like any other new file."""
+"""Unit tests for daemon.fs.durable: result files take the process umask, like any other new file."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.durable import write_atomic
+from daemon.fs.durable import write_atomic
 
 
 @pytest.fixture
@@ -48,7 +48,7 @@ def test_write_atomic_never_follows_a_planted_temp_name(
 ) -> None:
     """The temporary file is created exclusively: a name already taken (even a link) is skipped."""
     names = iter(["aaaaaaaaaaaa", "bbbbbbbbbbbb"])
-    monkeypatch.setattr("daemon.durable.secrets.token_hex", lambda _n: next(names))
+    monkeypatch.setattr("daemon.fs.durable.secrets.token_hex", lambda _n: next(names))
     target = tmp_path / "elsewhere"
     (tmp_path / ".r.json.aaaaaaaaaaaa.tmp").symlink_to(target)
     write_atomic(tmp_path / "r.json", b"data")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from daemon.config import EngineConfig
-from daemon.engine import (
+from daemon.engine.vllm_engine import (
     Engine,
     _deliberate_shutdown_logged_as_info,
     engine_args,
@@ -65,7 +65,7 @@ def test_engine_args_carry_the_config(tmp_path: Path) -> None:
 # vLLM starts its engine with multiprocessing's spawn (which starts the tracker on first use).
 _SPAWN_CHILD = """
 import json, multiprocessing, signal, threading
-from daemon.engine import _sigint_blocked_in_new_processes
+from daemon.engine.vllm_engine import _sigint_blocked_in_new_processes
 
 def blocked(status):
     mask = int(next(l for l in status.splitlines() if l.startswith("SigBlk:")).split()[1], 16)

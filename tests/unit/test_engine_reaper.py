@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from daemon.engine_reaper import Processes
+from daemon.engine.reaper import Processes
 
 
 def test_processes_are_alive_until_killed_and_then_gone() -> None:

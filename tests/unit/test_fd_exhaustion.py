@@ -16,13 +16,15 @@ from typing import Any
 
 import pytest
 
-from daemon import documents, durable, fd_exhaustion
-from daemon.documents import read_input_file
+from daemon.document import decode as documents
+from daemon.document.decode import read_input_file
 from daemon.errors import DocumentError
-from daemon.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
+from daemon.fs import durable
 from daemon.fs.dirs import Dir
+from daemon.ops import fd_exhaustion
+from daemon.ops.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
+from daemon.ops.throttle import LogThrottle
 from daemon.sinks import folder as folder_sink_module
-from daemon.throttle import LogThrottle
 from tests.unit.test_folder_source import Collector, make_config, make_source, write_old
 
 WAIT = 10.0

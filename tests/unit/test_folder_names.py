@@ -20,14 +20,14 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from daemon.admission import Admission, AdmissionLimits
 from daemon.config import Config, EngineConfig, FolderSourceConfig, SummaryConfig
-from daemon.names import MAX_NAME_BYTES, record_stem
+from daemon.engine.admission import Admission, AdmissionLimits
+from daemon.fs.names import MAX_NAME_BYTES, record_stem
 from daemon.pipeline import OK, DocumentPipeline
-from daemon.profiles import build_profiles
 from daemon.sinks.folder import FolderSink
 from daemon.sources.folder import FolderSource, is_candidate_name
-from daemon.summarize import Summarizer
+from daemon.summary.profiles import build_profiles
+from daemon.summary.summarizer import Summarizer
 from tests.fakes import FakeEngine
 
 WAIT = 10.0

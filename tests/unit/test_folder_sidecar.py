@@ -18,9 +18,9 @@ import pytest
 
 from daemon.config import FolderSourceConfig
 from daemon.errors import DocumentError
-from daemon.options import SummaryOptions, parse_options
 from daemon.sinks.folder import FolderSink
 from daemon.sources.folder import MAX_OPTIONS_BYTES, FolderSource, is_candidate_name, sidecar_names
+from daemon.summary.options import SummaryOptions, parse_options
 from daemon.work import WorkItem
 
 WAIT = 10.0

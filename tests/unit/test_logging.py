@@ -1,4 +1,4 @@
-"""daemon.logging: loggers made at import time follow the configuration made later."""
+"""daemon.ops.logging: loggers made at import time follow the configuration made later."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import logging
 import pytest
 import structlog
 
-from daemon.logging import configure_logging, get_logger
+from daemon.ops.logging import configure_logging, get_logger
 
 
 @pytest.fixture(autouse=True)

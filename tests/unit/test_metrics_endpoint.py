@@ -1,4 +1,4 @@
-"""Unit tests for the HTTP endpoint under abuse (daemon.metrics.MetricsServer, daemon.http_limits).
+"""Unit tests for the HTTP endpoint under abuse (daemon.ops.metrics.MetricsServer, daemon.ops.http_limits).
 
 Real sockets on loopback, no fakes of the server: slow and idle clients are closed at their deadline,
 connections past the cap are closed at once, normal and kept-alive requests keep working, and running
@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 
-from daemon import http_limits
-from daemon.http_limits import ConnectionLimits
-from daemon.metrics import MetricsServer
+from daemon.ops import http_limits
+from daemon.ops.http_limits import ConnectionLimits
+from daemon.ops.metrics import MetricsServer
 
 REPO = Path(__file__).resolve().parents[2]
 LIMITS = ConnectionLimits(max_connections=4, request_seconds=0.5, response_seconds=2.0, idle_seconds=1.0)
@@ -294,8 +294,8 @@ async def test_stop_does_not_wait_for_slow_clients(recorded: Recorder) -> None:
 _EMFILE_CHILD = textwrap.dedent(
     """
     import asyncio, json, logging, os, resource, sys
-    from daemon import fd_exhaustion
-    from daemon.metrics import MetricsServer
+    from daemon.ops import fd_exhaustion
+    from daemon.ops.metrics import MetricsServer
 
     warnings = []
     class Recorder:

@@ -1,4 +1,4 @@
-"""Unit and property tests for daemon.names (file-system names) and the name fields of daemon.records.
+"""Unit and property tests for daemon.fs.names (file-system names) and the name fields of daemon.records.
 
 Names are generated as what Linux allows: any bytes but NUL and ``/``, 1 to 255 of them, handed to the
 functions the way Python hands them over (``os.fsdecode``: undecodable bytes as lone surrogates).
@@ -14,7 +14,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.names import (
+from daemon.fs.names import (
     MAX_NAME_BYTES,
     MAX_STEM_BYTES,
     byte_length,

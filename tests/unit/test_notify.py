@@ -1,4 +1,4 @@
-"""daemon.notify against a real AF_UNIX datagram socket, as systemd gives one in NOTIFY_SOCKET."""
+"""daemon.ops.notify against a real AF_UNIX datagram socket, as systemd gives one in NOTIFY_SOCKET."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.notify import SystemdNotifier
+from daemon.ops.notify import SystemdNotifier
 
 
 @pytest.fixture

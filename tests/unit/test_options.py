@@ -1,4 +1,4 @@
-"""Unit tests for daemon.options: parsing and validating per-document summary options (no fakes needed)."""
+"""daemon.summary.options: parsing and validating per-document summary options (no fakes needed)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from daemon.errors import DocumentError
-from daemon.options import NO_OPTIONS, SummaryOptions, parse_options
+from daemon.summary.options import NO_OPTIONS, SummaryOptions, parse_options
 
 
 def invalid(raw: Any) -> DocumentError:

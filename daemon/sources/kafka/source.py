@@ -23,8 +23,8 @@ from aiokafka.errors import KafkaError
 
 from daemon.config import KafkaSourceConfig
 from daemon.lifecycle import Lifecycle
-from daemon.logging import get_logger
-from daemon.metrics import KAFKA_BUFFERED, KAFKA_BUFFERED_BYTES, KAFKA_LAG, KAFKA_PAUSED_PARTITIONS
+from daemon.ops.logging import get_logger
+from daemon.ops.metrics import KAFKA_BUFFERED, KAFKA_BUFFERED_BYTES, KAFKA_LAG, KAFKA_PAUSED_PARTITIONS
 from daemon.records import Record
 from daemon.sinks.kafka import KafkaSink, Output
 from daemon.sources.kafka.committer import Committer, committer_for

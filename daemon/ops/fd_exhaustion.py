@@ -16,8 +16,8 @@ import resource
 from collections.abc import Awaitable, Callable
 from typing import Final, TypeVar
 
-from daemon.logging import get_logger
-from daemon.throttle import LogThrottle
+from daemon.ops.logging import get_logger
+from daemon.ops.throttle import LogThrottle
 
 log = get_logger(__name__)
 
@@ -64,7 +64,7 @@ async def retry_on_fd_exhaustion(
     it and try again after a growing pause (up to :data:`RETRY_MAX_SECONDS`). Any other error is
     raised. Cancellable between tries (a drain deadline ends the wait), so ``operation`` must be safe
     to repeat. ``run`` runs it off the event loop (default :func:`asyncio.to_thread`; the folder path
-    passes its own bounded-thread pool, :mod:`daemon.blocking_io`)."""
+    passes its own bounded-thread pool, :mod:`daemon.fs.blocking_io`)."""
     pause = RETRY_FIRST_SECONDS
     while True:
         try:

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from daemon.errors import DocumentError
-from daemon.fd_exhaustion import is_fd_exhaustion, retry_on_fd_exhaustion
+from daemon.ops.fd_exhaustion import is_fd_exhaustion, retry_on_fd_exhaustion
 
 # Byte-order marks, longest first (the UTF-32 LE BOM starts with the UTF-16 LE one).
 _BOMS: Final = (
@@ -103,7 +103,7 @@ def check_size(size_bytes: int, max_input_bytes: int) -> None:
 
 async def read_input_file(path: Path, max_input_bytes: int) -> bytes:
     """Read a file's bytes, refusing one over the limit before reading it into memory. Out of file
-    descriptors, it waits and tries again (:mod:`daemon.fd_exhaustion`): that is not the input's fault."""
+    descriptors, it waits and tries again (:mod:`daemon.ops.fd_exhaustion`): that is not the input's fault."""
     return await retry_on_fd_exhaustion(
         lambda: _read_input_file(path, max_input_bytes), where="reading an input"
     )

@@ -19,7 +19,7 @@ from collections.abc import Callable
 
 from daemon.contracts import EngineClient, Generation, Sampling
 from daemon.errors import RequestError
-from daemon.logging import get_logger
+from daemon.ops.logging import get_logger
 
 log = get_logger(__name__)
 

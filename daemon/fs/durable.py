@@ -2,7 +2,7 @@
 
 Shared by the folder sink (atomic result files) and the folder source (claiming inputs, moving
 acknowledged ones). Every name made here stays within the file system's 255 bytes
-(:mod:`daemon.names`), and :func:`rename_noreplace` never replaces what is already there.
+(:mod:`daemon.fs.names`), and :func:`rename_noreplace` never replaces what is already there.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from daemon.names import temp_name
+from daemon.fs.names import temp_name
 
 _CREATE_FLAGS: Final = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 _DIR_FLAGS: Final = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
@@ -61,7 +61,7 @@ def write_atomic_at(folder: int, name: str, data: bytes) -> None:
 
 def _create_hidden(folder: int, target: str) -> tuple[int, str]:
     """Create and open a new hidden temporary file in ``folder`` beside ``target``; its name fits in
-    255 bytes whatever the length of ``target`` (:func:`daemon.names.temp_name`).
+    255 bytes whatever the length of ``target`` (:func:`daemon.fs.names.temp_name`).
 
     Not ``tempfile.mkstemp``: it always creates 0600, whatever the umask. Opening with mode 0666 lets
     the kernel apply the umask (and a folder's default ACL) as for any other new file; O_EXCL and a

@@ -19,7 +19,7 @@ descriptors, and then the inbox rescan, result writes and everything else that o
 * a kept-alive connection may idle ``idle_seconds`` between requests.
 
 A connection past its deadline is aborted. Running out of descriptors while accepting (EMFILE) is
-logged at most once in a while (:mod:`daemon.fd_exhaustion`) and accepting resumes a second later.
+logged at most once in a while (:mod:`daemon.ops.fd_exhaustion`) and accepting resumes a second later.
 
 Malformed requests and failing handlers are logged by :class:`ServerErrorLog` (aiohttp's own server
 logger would write an error line with a traceback for each): one warning per interval, without a
@@ -40,10 +40,10 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from daemon.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion
 from daemon.lifecycle import Lifecycle
-from daemon.logging import get_logger
-from daemon.throttle import LogThrottle
+from daemon.ops.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion
+from daemon.ops.logging import get_logger
+from daemon.ops.throttle import LogThrottle
 
 log = get_logger(__name__)
 

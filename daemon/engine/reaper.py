@@ -7,10 +7,11 @@ Workers watch EngineCore through a "death pipe", but nothing watches the front e
 memory on a GPU host), until someone kills them.
 
 How the watch gets into the child: the Process target vLLM pickles for EngineCore is
-``EngineCoreProc.run_engine_core``, looked up when the engine is built. While :class:`~daemon.engine.
-Engine` builds it, :func:`engine_processes_watched` puts :func:`run_engine_core_watched` there, a
-module-level function that pickles by reference, so the child imports this module and runs it
-first; it does the same for the worker target inside EngineCore. Nothing else in vLLM changes.
+``EngineCoreProc.run_engine_core``, looked up when the engine is built. While
+:class:`~daemon.engine.vllm_engine.Engine` builds it, :func:`engine_processes_watched` puts
+:func:`run_engine_core_watched` there, a module-level function that pickles by reference, so the
+child imports this module and runs it first; it does the same for the worker target inside
+EngineCore. Nothing else in vLLM changes.
 
 What the watch is: a daemon thread in each engine process waiting on multiprocessing's *parent
 sentinel* (``multiprocessing.parent_process().sentinel``), the read end of a pipe whose write end only
@@ -26,8 +27,9 @@ before the call. The sentinel watch has none of these problems and needs no ctyp
 
 Signals: SIGHUP, SIGUSR1 and SIGUSR2 are ignored in the engine's processes (a signal sent to the whole
 process group is the main process's to handle; their default action would kill EngineCore). They are
-also blocked in the thread that starts them (:func:`daemon.engine._signals_blocked_in_new_processes`),
-which covers a vLLM whose targets this module cannot wrap.
+also blocked in the thread that starts them
+(:func:`daemon.engine.vllm_engine._signals_blocked_in_new_processes`), which covers a vLLM whose
+targets this module cannot wrap.
 
 This module imports only the standard library at import time: engine processes import it first.
 """

@@ -4,19 +4,19 @@ A document that fits in one request (template, text and summary budget within ``
 is summarized in one request. A longer one is, by ``summary.strategy``:
 
 * ``map_reduce`` (default): cut into parts on the strongest breaks available
-  (:mod:`daemon.chunking`); each part is summarized (the map step); the part summaries are
+  (:mod:`daemon.summary.chunking`); each part is summarized (the map step); the part summaries are
   combined, in order, into the final summary (the reduce step). When the part summaries do not fit
   in one request together, consecutive groups of them are combined first, level by level, until
   they do. Nothing is left out: ``dropped_tokens`` is 0.
 * ``head`` / ``head_tail``: the start (and end) of the document in one request; the result says how
   many tokens were dropped.
 
-A document is summarized under one profile (:mod:`daemon.profiles`), chosen before it comes
+A document is summarized under one profile (:mod:`daemon.summary.profiles`), chosen before it comes
 here: the profile gives the wording of its prompts, its lengths, style and sampling, and its context
 budget. How long parts, part summaries and combine steps are is the budget's business
-(:mod:`daemon.budget`), decided before the engine starts; this module only follows it.
+(:mod:`daemon.summary.budget`), decided before the engine starts; this module only follows it.
 
-Every request goes through :class:`~daemon.admission.Admission`; combine steps are marked urgent so
+Every request goes through :class:`~daemon.engine.admission.Admission`; combine steps are marked urgent so
 documents already in progress finish first. One document has at most
 ``summary.max_parallel_requests_per_document`` requests waiting or running at once.
 """
@@ -30,17 +30,17 @@ from collections.abc import Awaitable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from daemon.admission import Admission
-from daemon.chunking import TokenizedText, head_ids, head_tail_ids, split_into_chunks, tokenize_text
 from daemon.config import SummaryConfig
 from daemon.contracts import EngineClient, Generation
-from daemon.documents import Document
+from daemon.document.decode import Document
+from daemon.engine.admission import Admission
 from daemon.errors import DocumentError, RequestError
-from daemon.metrics import ENGINE_REQUESTS
-from daemon.options import NO_OPTIONS, SummaryOptions
-from daemon.profiles import Profile, Profiles
-from daemon.prompts import PROMPT_VERSION, ChatTokenizer, PromptKind
+from daemon.ops.metrics import ENGINE_REQUESTS
 from daemon.records import Summary, request_id
+from daemon.summary.chunking import TokenizedText, head_ids, head_tail_ids, split_into_chunks, tokenize_text
+from daemon.summary.options import NO_OPTIONS, SummaryOptions
+from daemon.summary.profiles import Profile, Profiles
+from daemon.summary.prompts import PROMPT_VERSION, ChatTokenizer, PromptKind
 
 T = TypeVar("T")
 
@@ -161,7 +161,7 @@ class Summarizer:
         profiles: Profiles,
         admission: Admission,
     ) -> None:
-        """``profiles`` are :func:`daemon.profiles.build_profiles`'s, for this ``tokenizer``;
+        """``profiles`` are :func:`daemon.summary.profiles.build_profiles`'s, for this ``tokenizer``;
         ``config`` bounds every document's fan-out and parts."""
         self.engine = engine
         self.tokenizer = tokenizer
@@ -197,7 +197,7 @@ class Summarizer:
         arrived_at: float | None = None,
     ) -> Summary:
         """Summarize ``document`` under ``profile`` (default: the default profile; see
-        :meth:`~daemon.profiles.Profiles.choose`). Raises DocumentError for a document that cannot be
+        :meth:`~daemon.summary.profiles.Profiles.choose`). Raises DocumentError for a document that cannot be
         summarized.
 
         ``arrived_at`` (``time.monotonic()``) orders its requests in admission; defaults to now.

@@ -7,7 +7,7 @@ all of those before reading a byte: it checks the entry with ``lstat``, opens it
 the opened descriptor with ``fstat`` (the entry may have been swapped in between), and reads only from
 that descriptor, at most one byte past the limit.
 
-Bounding the time a read may take is the caller's part (:mod:`daemon.blocking_io`).
+Bounding the time a read may take is the caller's part (:mod:`daemon.fs.blocking_io`).
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from daemon.documents import check_size
+from daemon.document.decode import check_size
 from daemon.errors import DocumentError
-from daemon.fd_exhaustion import is_fd_exhaustion
+from daemon.ops.fd_exhaustion import is_fd_exhaustion
 
 _OPEN_FLAGS: Final = (
     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)

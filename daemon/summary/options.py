@@ -4,7 +4,7 @@ They come from the source: a sidecar ``NAME.options.json`` beside a file in the 
 the fields of a Kafka message. Every field is optional; unknown fields are refused, so a typo fails
 the document with reason ``invalid_options`` instead of being ignored.
 
-``profile`` names one of the config's profiles (:mod:`daemon.profiles` refuses other names, with
+``profile`` names one of the config's profiles (:mod:`daemon.summary.profiles` refuses other names, with
 ``invalid_options`` too); length and style then override that profile's defaults. A document can
 only choose among the configured profiles: it never brings wording or sampling of its own.
 

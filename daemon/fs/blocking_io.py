@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
 
-from daemon.logging import get_logger
+from daemon.ops.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -14,7 +14,7 @@ kind stays the same whatever a document's options are.
 ``PROMPT_VERSION`` goes into every result: change it whenever the layout or the built-in wording
 (style and length hints, :data:`DEFAULT_INSTRUCTIONS`) changes, so summaries made under different
 prompts can be told apart. A profile's own wording is versioned by its hash
-(:func:`daemon.profiles.profile_version`).
+(:func:`daemon.summary.profiles.profile_version`).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-if TYPE_CHECKING:  # only a type here: daemon.config imports daemon.budget, which imports this module
+if TYPE_CHECKING:  # only a type here: daemon.config imports daemon.summary.budget, which imports this module
     from daemon.config import Style
 
 PROMPT_VERSION: Final = "summary-v2"

@@ -58,8 +58,8 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from daemon.config import AdmissionConfig, EngineConfig
-from daemon.logging import get_logger
-from daemon.metrics import (
+from daemon.ops.logging import get_logger
+from daemon.ops.metrics import (
     ADMISSION_WAIT,
     ADMISSION_WAITING,
     ADMISSION_WAVE_SECONDS,

@@ -2,7 +2,7 @@
 
 Every length the summarizer works with is decided here, from the configuration and the served
 model's tokenizer, before the engine starts: one budget per profile, since a profile's lengths and
-the length of its wording change the room (:func:`daemon.profiles.build_profiles`):
+the length of its wording change the room (:func:`daemon.summary.profiles.build_profiles`):
 
 * ``context_tokens``: ``engine.max_model_len``, what one request holds (prompt and output together);
 * ``summary_tokens``: ``summary.max_summary_tokens``, the final summary's length unless a document
@@ -40,7 +40,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 from daemon.errors import ConfigError, DocumentError
-from daemon.prompts import DEFAULT_INSTRUCTIONS, ChatTokenizer, Instructions, PromptBuilder, PromptKind
+from daemon.summary.prompts import (
+    DEFAULT_INSTRUCTIONS,
+    ChatTokenizer,
+    Instructions,
+    PromptBuilder,
+    PromptKind,
+)
 
 if TYPE_CHECKING:
     from daemon.config import Style, SummaryConfig

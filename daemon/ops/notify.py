@@ -23,7 +23,7 @@ import socket
 from collections.abc import Callable
 
 from daemon.lifecycle import Lifecycle
-from daemon.logging import get_logger
+from daemon.ops.logging import get_logger
 
 log = get_logger(__name__)
 

@@ -22,7 +22,7 @@ import contextlib
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from daemon.metrics import INFLIGHT_BYTES
+from daemon.ops.metrics import INFLIGHT_BYTES
 
 
 class Holding:

@@ -31,11 +31,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from daemon.budget import ContextBudget
 from daemon.config import Config, ProfileConfig, SummaryConfig
 from daemon.contracts import Sampling
 from daemon.errors import DocumentError
-from daemon.prompts import DEFAULT_INSTRUCTIONS, ChatTokenizer, Instructions, PromptBuilder
+from daemon.summary.budget import ContextBudget
+from daemon.summary.prompts import DEFAULT_INSTRUCTIONS, ChatTokenizer, Instructions, PromptBuilder
 
 VERSION_DIGITS: Final = 12
 
@@ -184,7 +184,7 @@ def build_profile(
 
 def build_profiles(config: Config, tokenizer: ChatTokenizer) -> Profiles:
     """Every profile of ``config`` with the served model's ``tokenizer`` (from
-    :func:`daemon.engine.load_tokenizer`). Raises :class:`~daemon.errors.ConfigError` naming the
+    :func:`daemon.engine.vllm_engine.load_tokenizer`). Raises :class:`~daemon.errors.ConfigError` naming the
     profile and the key to change if the budget of one cannot work; call it before the engine starts."""
     context_tokens = config.engine.max_model_len
     profiles = [

@@ -4,7 +4,7 @@ Our metrics use the ``docsumd_`` prefix and bounded labels only (never a documen
 prometheus_client's default registry, beside the ``vllm:*`` metrics the in-process engine registers
 there, so one scrape returns both.
 
-The endpoint caps its connections and times out slow clients (:mod:`daemon.http_limits`): it is
+The endpoint caps its connections and times out slow clients (:mod:`daemon.ops.http_limits`): it is
 reachable by anyone who can reach the port, and must not let them use up the daemon's descriptors.
 At the cap a new connection evicts the stalest one without a request in progress, so clients holding
 every slot with half-sent requests cannot starve ``/healthz`` and ``/readyz`` probes.
@@ -13,15 +13,15 @@ every slot with half-sent requests cannot starve ``/healthz`` and ``/readyz`` pr
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Protocol
 
 import prometheus_client
 from aiohttp import web
 from prometheus_client import Counter, Gauge, Histogram
 
-from daemon.http_limits import ConnectionLimits, LimitedListener, ServerErrorLog, deadline_middleware
 from daemon.lifecycle import Lifecycle
-from daemon.logging import get_logger
-from daemon.records import Summary
+from daemon.ops.http_limits import ConnectionLimits, LimitedListener, ServerErrorLog, deadline_middleware
+from daemon.ops.logging import get_logger
 
 log = get_logger(__name__)
 
@@ -119,7 +119,7 @@ INFLIGHT_BYTES = Gauge(
 )
 READY = Gauge("docsumd_ready", "1 once the engine is warm and the sources run, 0 while starting or draining.")
 # By profile: separate families, so the series (and queries) of the metrics above keep their labels.
-# The label's values are the config's profile names only (see daemon/profiles.py, Profiles.label).
+# The label's values are the config's profile names only (see daemon/summary/profiles.py, Profiles.label).
 PROFILE_DOCUMENTS = Counter(
     "docsumd_profile_documents",
     "Documents finished, by profile and outcome (ok or a failure reason). A document that failed before "
@@ -152,7 +152,27 @@ def observe_profiles(names: Iterable[str]) -> None:
             family.labels(profile=name)
 
 
-def observe_summarized(source: str, summary: Summary, total_s: float) -> None:
+class SummaryFigures(Protocol):
+    """What the metrics read of a summary (:class:`daemon.records.Summary` has it); a protocol, so
+    that operations code does not depend on the records built above it."""
+
+    @property
+    def profile(self) -> str: ...
+    @property
+    def prompt_tokens(self) -> int: ...
+    @property
+    def cached_prompt_tokens(self) -> int: ...
+    @property
+    def generated_tokens(self) -> int: ...
+    @property
+    def truncated(self) -> bool: ...
+    @property
+    def parts(self) -> int: ...
+    @property
+    def depth(self) -> int: ...
+
+
+def observe_summarized(source: str, summary: SummaryFigures, total_s: float) -> None:
     """Count a summarized document from ``source`` that took ``total_s`` from intake to result."""
     DOCUMENTS.labels(source=source, outcome="ok").inc()
     PROFILE_DOCUMENTS.labels(profile=summary.profile, outcome="ok").inc()

@@ -21,7 +21,7 @@ CHATML_TEMPLATE: Final = (
     "{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}"
 )
 SPECIAL_TOKENS: Final = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-SAMPLES_DIR: Final = Path(__file__).parent / "samples"
+SAMPLES_DIR: Final = Path(__file__).parent.parent / "samples"  # daemon/samples
 _TRAINING_TEXT_BYTES: Final = 8 * 1024 * 1024
 
 

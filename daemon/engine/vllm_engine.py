@@ -22,7 +22,7 @@ SIGHUP, SIGUSR1 and SIGUSR2 are blocked in them the same way, and ignored (their
 kill EngineCore when one is sent to the whole process group): the main process handles them.
 
 The engine's processes die with the main process however it dies, ``kill -9`` included: each watches
-its parent (:mod:`daemon.engine_reaper`). A start cancelled part-way (a stop request during start-up)
+its parent (:mod:`daemon.engine.reaper`). A start cancelled part-way (a stop request during start-up)
 kills the processes it had started instead of waiting minutes for the start to finish.
 """
 
@@ -40,13 +40,13 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from daemon import engine_reaper
 from daemon.config import EngineConfig
 from daemon.contracts import Generation, Sampling
+from daemon.engine import reaper
 from daemon.errors import ConfigError, EngineDeadError, EngineError, RequestError
 from daemon.lifecycle import Lifecycle
-from daemon.logging import get_logger
-from daemon.metrics import ENGINE_UP
+from daemon.ops.logging import get_logger
+from daemon.ops.metrics import ENGINE_UP
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -159,7 +159,7 @@ class Engine(Lifecycle):
         self._llm: Any = None
         self._stopped = False
         self._abandoned = threading.Event()
-        self._processes = engine_reaper.Processes(set())
+        self._processes = reaper.Processes(set())
         self._params: dict[Sampling, SamplingParams] = {}
         self.start_seconds: float | None = None
 
@@ -200,14 +200,14 @@ class Engine(Lifecycle):
         # not as the thread's result: finished futures and the worker's frame would otherwise
         # keep it alive past stop(), until interpreter teardown, where its __del__ fails noisily.
         built: list[Any] = []
-        before = engine_reaper.descendants()
+        before = reaper.descendants()
         build = asyncio.ensure_future(asyncio.to_thread(lambda: built.append(self._build())))
         try:
             # Shielded: a cancelled start must not drop the thread, it ends it (_abandon_start).
             await asyncio.shield(build)
             self._llm = built.pop()
-            keep = {pid for pid in (engine_reaper.resource_tracker_pid(),) if pid is not None}
-            self._processes = engine_reaper.Processes(engine_reaper.descendants() - before - keep)
+            keep = {pid for pid in (reaper.resource_tracker_pid(),) if pid is not None}
+            self._processes = reaper.Processes(reaper.descendants() - before - keep)
         except asyncio.CancelledError:
             await self._abandon_start(build, built, before)
             raise
@@ -237,7 +237,7 @@ class Engine(Lifecycle):
 
         with (
             _signals_blocked_in_new_processes(),
-            engine_reaper.engine_processes_watched(log.warning),
+            reaper.engine_processes_watched(log.warning),
         ):
             llm = AsyncLLM.from_engine_args(engine_args(self.config))
         if self._abandoned.is_set():  # built after _abandon_start gave up waiting for it
@@ -257,14 +257,14 @@ class Engine(Lifecycle):
         self._stopped = True
         self._abandoned.set()
         log.info("engine start abandoned: stopping the processes it started")
-        keep = {pid for pid in (engine_reaper.resource_tracker_pid(),) if pid is not None}
+        keep = {pid for pid in (reaper.resource_tracker_pid(),) if pid is not None}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ABANDON_START_SECONDS
         killed: set[int] = set()
         while not build.done() and loop.time() < deadline:
-            killed |= engine_reaper.kill_new_processes(before, keep)
+            killed |= reaper.kill_new_processes(before, keep)
             await asyncio.wait({build}, timeout=0.2)
-        killed |= engine_reaper.kill_new_processes(before, keep)
+        killed |= reaper.kill_new_processes(before, keep)
         if not build.done():
             log.warning("the engine's build thread is still running", waited_s=ABANDON_START_SECONDS)
             return
@@ -431,7 +431,7 @@ def _signals_blocked_in_new_processes() -> Iterator[None]:
     """
     from multiprocessing import resource_tracker
 
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, set(engine_reaper.IGNORED_SIGNALS))
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, set(reaper.IGNORED_SIGNALS))
     try:
         resource_tracker.ensure_running()
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})

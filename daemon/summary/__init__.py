@@ -1,0 +1,1 @@
+"""Summaries: chunking, prompts, the context budget, profiles and the map-reduce plan."""

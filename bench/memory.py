@@ -39,6 +39,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -129,8 +130,17 @@ def child(args: argparse.Namespace) -> None:
         async def stop(self) -> None:
             self.is_running = False
 
-        async def generate(self, prompt_ids: list[int], sampling: Sampling, request_id: str) -> Generation:
+        async def generate(
+            self,
+            prompt_ids: list[int],
+            sampling: Sampling,
+            request_id: str,
+            *,
+            on_prefilled: Callable[[], None] | None = None,
+        ) -> Generation:
             await asyncio.sleep(0)
+            if on_prefilled is not None:
+                on_prefilled()
             return Generation("A short summary of this part.", len(prompt_ids), 8, 0, "stop", 0.0, 0.0)
 
     limits: dict[str, Any] = {"max_input_bytes": 64 * MIB}
@@ -149,7 +159,7 @@ def child(args: argparse.Namespace) -> None:
 
     async def run(paths: list[Path]) -> None:
         source = FilesSource(paths, FolderSink(outbox, outbox), max_input_bytes=64 * MIB)
-        service = Service(config, engine=InstantEngine(), tokenizer=tokenizer, sources=[source])  # type: ignore[arg-type]
+        service = Service(config, engine=InstantEngine(), tokenizer=tokenizer, sources=[source])
         await service.run()
 
     warm = work / "warm-up.txt"

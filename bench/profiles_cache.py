@@ -35,7 +35,7 @@ import json
 import os
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -73,7 +73,8 @@ def main() -> int:
         }
 
     def ratio(key: str) -> float:
-        return round(passes["AB"][key] / ((passes["A"][key] + passes["B"][key]) / 2), 4)
+        mean_alone = (passes["A"][key] + passes["B"][key]) / 2
+        return round(float(passes["AB"][key] / mean_alone), 4)
 
     report = {
         "what": "prefix-cache hit rate, two profiles interleaved (AB) against one profile (A, B)",
@@ -145,9 +146,16 @@ async def _pass(config: Any, docs: Sequence[Path], names: Sequence[str]) -> dict
         """The real engine, remembering what each request's prompt was and what the cache served."""
 
         async def generate(
-            self, prompt_token_ids: list[int], sampling: Sampling, request_id: str
+            self,
+            prompt_token_ids: list[int],
+            sampling: Sampling,
+            request_id: str,
+            *,
+            on_prefilled: Callable[[], None] | None = None,
         ) -> Generation:
-            generation = await super().generate(prompt_token_ids, sampling, request_id)
+            generation = await super().generate(
+                prompt_token_ids, sampling, request_id, on_prefilled=on_prefilled
+            )
             requests.append(
                 {
                     "id": request_id,

@@ -419,7 +419,7 @@ def _run_kafka(config: Config, docs: list[tuple[str, str]], folder: Path, partit
     try:
         topics = {"input": "bench-documents", "output": "bench-summaries", "dead": "bench-dead-letters"}
         asyncio.run(create_topics(broker.bootstrap, list(topics.values()), partitions=partitions))
-        messages = [
+        messages: list[tuple[bytes, bytes, list[tuple[str, bytes]]]] = [
             (name.encode(), json.dumps({"id": name, "text": text}).encode(), []) for name, text in docs
         ]
         asyncio.run(produce(broker.bootstrap, topics["input"], messages))

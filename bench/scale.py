@@ -489,7 +489,8 @@ def _plan_report(spec: PassSpec, docs: list[tuple[str, str]], lengths: dict[str,
 
 def _default_partition(key: str, partitions: int) -> int:
     """Kafka's default partitioner for a keyed message: murmur2 of the key, positive, mod partitions."""
-    return (murmur2(key.encode()) & 0x7FFFFFFF) % partitions
+    hashed: int = murmur2(key.encode())
+    return (hashed & 0x7FFFFFFF) % partitions
 
 
 async def _produce(bootstrap: str, topic: str, plan: list[Produced], texts: dict[str, str]) -> None:

@@ -186,16 +186,21 @@ def engine_processes_watched(warn: Callable[[str], None]) -> Iterator[bool]:
 # -- the processes of an engine start ---------------------------------------------------------------
 
 
+def _stat_fields(stat: Path) -> list[str] | None:
+    """The fields of a ``/proc/PID/stat`` after the command name (state first), or None if gone."""
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+
+
 def descendants(pid: int | None = None) -> set[int]:
     """Every living process below ``pid`` (default: this process), from /proc."""
     root = os.getpid() if pid is None else pid
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if fields[0] != "Z":
+        fields = _stat_fields(stat)
+        if fields is not None and fields[0] != "Z":
             children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
     found: set[int] = set()
     todo = [root]
@@ -209,11 +214,8 @@ def descendants(pid: int | None = None) -> set[int]:
 
 def _start_time(pid: int) -> str | None:
     """When ``pid`` started (clock ticks since boot), or None if it is gone or a zombie."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except (OSError, IndexError):
-        return None
-    return None if fields[0] in ("Z", "X") else fields[19]
+    fields = _stat_fields(Path(f"/proc/{pid}/stat"))
+    return None if fields is None or fields[0] in ("Z", "X") else fields[19]
 
 
 class Processes:
@@ -236,19 +238,10 @@ class Processes:
         return killed
 
 
-def kill_new_processes(before: set[int], keep: set[int]) -> set[int]:
-    """SIGKILL this process's descendants that are in neither ``before`` nor ``keep``; returns them."""
-    killed = set()
-    for pid in descendants() - before - keep:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.kill(pid, signal.SIGKILL)
-            killed.add(pid)
-    return killed
-
-
-def resource_tracker_pid() -> int | None:
-    """multiprocessing's resource tracker of this process, if running (it exits by itself)."""
+def started_since(before: set[int]) -> Processes:
+    """This process's descendants that are not in ``before``, less multiprocessing's resource
+    tracker (it is the main process's, and exits by itself)."""
     from multiprocessing import resource_tracker
 
-    pid = getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None)
-    return pid if isinstance(pid, int) else None
+    tracker = getattr(getattr(resource_tracker, "_resource_tracker", None), "_pid", None)
+    return Processes(descendants() - before - {tracker})

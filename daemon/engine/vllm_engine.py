@@ -206,8 +206,7 @@ class Engine(Lifecycle):
             # Shielded: a cancelled start must not drop the thread, it ends it (_abandon_start).
             await asyncio.shield(build)
             self._llm = built.pop()
-            keep = {pid for pid in (reaper.resource_tracker_pid(),) if pid is not None}
-            self._processes = reaper.Processes(reaper.descendants() - before - keep)
+            self._processes = reaper.started_since(before)
         except asyncio.CancelledError:
             await self._abandon_start(build, built, before)
             raise
@@ -257,14 +256,13 @@ class Engine(Lifecycle):
         self._stopped = True
         self._abandoned.set()
         log.info("engine start abandoned: stopping the processes it started")
-        keep = {pid for pid in (reaper.resource_tracker_pid(),) if pid is not None}
         loop = asyncio.get_running_loop()
         deadline = loop.time() + ABANDON_START_SECONDS
         killed: set[int] = set()
         while not build.done() and loop.time() < deadline:
-            killed |= reaper.kill_new_processes(before, keep)
+            killed |= reaper.started_since(before).kill()
             await asyncio.wait({build}, timeout=0.2)
-        killed |= reaper.kill_new_processes(before, keep)
+        killed |= reaper.started_since(before).kill()
         if not build.done():
             log.warning("the engine's build thread is still running", waited_s=ABANDON_START_SECONDS)
             return

@@ -32,6 +32,7 @@ from pydantic import (
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from daemon.errors import ConfigError
+from daemon.fs.safe_read import describe_mode
 from daemon.summary.budget import check_lengths
 
 ENV_PREFIX = "DOCSUMD_"
@@ -56,12 +57,12 @@ def read_regular_file(path: Path, limit: int) -> bytes:
     if it cannot be read. Never blocks on a FIFO (opened non-blocking, refused by ``fstat``) and never
     reads more than ``limit + 1`` bytes (a device such as /dev/zero is refused before any read)."""
     if not stat.S_ISREG(os.stat(path).st_mode):
-        raise ValueError(f"{_describe_kind(os.stat(path).st_mode)}, not a regular file")
+        raise ValueError(f"{describe_mode(os.stat(path).st_mode)}, not a regular file")
     fd = os.open(path, _OPEN_FLAGS)
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):  # swapped since the stat
-            raise ValueError(f"{_describe_kind(info.st_mode)}, not a regular file")
+            raise ValueError(f"{describe_mode(info.st_mode)}, not a regular file")
         if info.st_size > limit:
             raise ValueError(f"{info.st_size} bytes, larger than the limit of {limit}")
         chunks: list[bytes] = []
@@ -74,17 +75,6 @@ def read_regular_file(path: Path, limit: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
-
-
-def _describe_kind(mode: int) -> str:
-    kinds = (
-        (stat.S_ISDIR, "a folder"),
-        (stat.S_ISFIFO, "a FIFO (named pipe)"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-    )
-    return next((words for test, words in kinds if test(mode)), "not a regular file")
 
 
 class EngineConfig(_Section):

@@ -436,8 +436,9 @@ def test_broker_restart_mid_stream_daemon_reconnects_and_finishes(
     asyncio.run(create_topics(kafka_broker.bootstrap, [topics.input], partitions=2))
     asyncio.run(create_topics(kafka_broker.bootstrap, [topics.output, topics.dead]))
     short = _short_docs(corpus)
-    ids = _produce_docs(kafka_broker, topics, [short[i % len(short)] for i in range(10)], 2)
-    # Two documents at a time with 512-token summaries: the stream outlasts the outage.
+    ids = _produce_docs(kafka_broker, topics, [short[i % len(short)] for i in range(24)], 2)
+    # Two documents at a time with 512-token summaries: the stream outlasts the outage (10 documents
+    # did not on a fast CI machine, where all were done by the time the broker was back).
     _configure(
         layout,
         kafka_broker,
@@ -448,9 +449,10 @@ def test_broker_restart_mid_stream_daemon_reconnects_and_finishes(
         daemon = daemons(layout)
         daemon.wait_ready()
         wait_for(lambda: len(_result_ids(kafka_broker, topics)) >= 2, 240, "the first results", interval=0.3)
-        _restart_broker(kafka_broker, downtime=3.0)
+        # Counted before the broker goes down: what is missing now is what the outage can interrupt.
         done_at_restart = _result_ids(kafka_broker, topics)
         assert len(done_at_restart) < len(ids), "the daemon finished everything before the outage"
+        _restart_broker(kafka_broker, downtime=3.0)
         _assert_running(daemon, "the daemon")
 
         def finished() -> bool:

@@ -38,7 +38,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from daemon.config import AdmissionConfig, EngineConfig  # noqa: E402
-from daemon.engine.admission import Admission, admission_limits  # noqa: E402
+from daemon.engine.admission import AdmissionControl, admission_for, admission_limits  # noqa: E402
 
 SHORT_MAX_TOKENS = 2000
 TEMPLATE_TOKENS = 60
@@ -163,7 +163,9 @@ def mixed_documents(count: int, seed: int, room: int) -> list[list[list[int]]]:
     return documents
 
 
-async def _simulate(admission: Admission, engine: SimEngine, documents: list[list[list[int]]]) -> list[float]:
+async def _simulate(
+    admission: AdmissionControl, engine: SimEngine, documents: list[list[list[int]]]
+) -> list[float]:
     loop = asyncio.get_running_loop()
     submitted = asyncio.Event()
 
@@ -210,7 +212,7 @@ def run(settings: AdmissionConfig, cost: StepCost, count: int = 400, seed: int =
     engine = SimEngine(cost=cost)
     limits = admission_limits(settings, engine_config, kv_cache_tokens=engine.kv_tokens)
     clock = lambda: engine.now  # noqa: E731 - admission's clock is the engine's virtual one
-    admission = Admission(limits, enabled=settings.enabled, clock=clock)
+    admission = admission_for(settings, limits, clock=clock)
     documents = mixed_documents(count, seed, room=16384 - OUTPUT_TOKENS - TEMPLATE_TOKENS)
     finished = asyncio.run(_simulate(admission, engine, documents))
     sizes = [sum(stage[0] for stage in stages[:1]) for stages in documents]

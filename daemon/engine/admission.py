@@ -41,8 +41,10 @@ front of the engine and decides what vLLM holds, in five rules:
    that arrived after it, wave or not (within the bounds and the prefill queue), so heavy documents
    never starve under a steady stream of light ones.
 
-With ``enabled=False`` requests go straight to the engine in arrival order (plain FIFO), which is
-the baseline the benchmark compares against; the counters still work.
+With ``admission.enabled = false`` it is :class:`FifoAdmission` instead: requests go straight to the
+engine in arrival order (plain FIFO), which is the baseline the benchmark compares against; the
+counters still work. Both are an :class:`AdmissionControl` (what the summarizer holds), and
+:func:`admission_for` is the one place that picks one.
 """
 
 from __future__ import annotations
@@ -53,9 +55,10 @@ import heapq
 import itertools
 import math
 import time
+from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Final
+from typing import ClassVar, Final
 
 from daemon.config import AdmissionConfig, EngineConfig
 from daemon.ops.logging import get_logger
@@ -122,11 +125,11 @@ class _Waiter:
 
 
 class SlotHandle:
-    """What :meth:`Admission.slot` yields: lets the engine say when the request's prefill is done."""
+    """What :meth:`AdmissionControl.slot` yields: lets the engine say when the request's prefill is done."""
 
     __slots__ = ("_admission", "_waiter")
 
-    def __init__(self, admission: Admission, waiter: _Waiter) -> None:
+    def __init__(self, admission: AdmissionControl, waiter: _Waiter) -> None:
         self._admission = admission
         self._waiter = waiter
 
@@ -135,15 +138,18 @@ class SlotHandle:
         self._admission._prefill_done(self._waiter)
 
 
-class Admission:
-    """Bounds and orders the requests in the engine. Safe to use from many tasks of one event loop."""
+class AdmissionControl(ABC):
+    """What stands between the summarizer and the engine: :meth:`slot` for every request, and the
+    counters of what the engine holds (and their metrics). :class:`Admission` orders and bounds the
+    requests; :class:`FifoAdmission` lets them through. Safe to use from many tasks of one event loop.
+    """
 
-    def __init__(
-        self, limits: AdmissionLimits, *, enabled: bool = True, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    enabled: ClassVar[bool]
+    """Whether this one orders and bounds requests (``admission.enabled``; logged at start)."""
+
+    def __init__(self, limits: AdmissionLimits, *, clock: Callable[[], float] = time.monotonic) -> None:
         """``clock`` gives the time that ``arrived_at`` values are in (``time.monotonic`` seconds)."""
         self.limits = limits
-        self.enabled = enabled
         self._clock = clock
         self.inflight_requests = 0
         self.inflight_tokens = 0
@@ -153,13 +159,7 @@ class Admission:
         self.light_prefilling = 0
         self.wave_members = 0
         """Light requests in the engine that are not combine steps: what makes a wave."""
-        self._wave_since: float | None = None
-        self._light: list[_Waiter] = []
-        self._heavy: list[_Waiter] = []
-        self._waiting_light = 0
-        self._waiting_heavy = 0
         self._sequence = itertools.count()
-        self._aging_timer: asyncio.TimerHandle | None = None
 
     @property
     def max_requests(self) -> int:
@@ -172,14 +172,9 @@ class Admission:
         return self.limits.max_tokens
 
     @property
+    @abstractmethod
     def waiting(self) -> int:
         """Requests waiting for admission."""
-        return self._waiting_light + self._waiting_heavy
-
-    @property
-    def protecting(self) -> bool:
-        """Whether a light wave is in the engine: heavy requests wait unless aged."""
-        return self.wave_members >= self.limits.wave_min_requests
 
     def is_light(self, prompt_tokens: int) -> bool:
         """Whether a prompt of this length makes a light request."""
@@ -206,10 +201,7 @@ class Admission:
         waiter = self._new_waiter(
             cost, prompt, urgent=urgent, arrived_at=waited_from if arrived_at is None else arrived_at
         )
-        if self.enabled:
-            await self._wait_turn(waiter)
-        else:
-            self._take(waiter)
+        await self._admit(waiter)
         ADMISSION_WAIT.observe(self._clock() - waited_from)
         try:
             yield SlotHandle(self, waiter)
@@ -227,7 +219,111 @@ class Admission:
             wave_member=light and not urgent,
         )
 
-    async def _wait_turn(self, waiter: _Waiter) -> None:
+    @abstractmethod
+    async def _admit(self, waiter: _Waiter) -> None:
+        """Return once ``waiter`` is admitted (taken in with :meth:`_take`)."""
+
+    @abstractmethod
+    def _room_freed(self) -> None:
+        """A request left the engine or finished its prefill: admit what may go now."""
+
+    @abstractmethod
+    def _count_wave(self) -> None:
+        """A request that counts toward a light wave (:attr:`wave_members`) came or went."""
+
+    # -- bookkeeping -------------------------------------------------------------------------------
+
+    def _take(self, waiter: _Waiter) -> None:
+        waiter.admitted = True
+        self.inflight_requests += 1
+        self.inflight_tokens += waiter.cost
+        self.unprefilled_tokens += waiter.prompt_tokens
+        if waiter.light:
+            self.light_inflight += 1
+            self.light_prefilling += 1
+        if waiter.wave_member:
+            self.wave_members += 1
+            self._count_wave()
+        ENGINE_INFLIGHT_REQUESTS.set(self.inflight_requests)
+        ENGINE_INFLIGHT_TOKENS.set(self.inflight_tokens)
+
+    def _prefill_done(self, waiter: _Waiter) -> None:
+        if not waiter.admitted or waiter.prefilled:
+            return
+        waiter.prefilled = True
+        self.unprefilled_tokens -= waiter.prompt_tokens
+        if waiter.light:
+            self.light_prefilling -= 1
+        self._room_freed()
+
+    def _release(self, waiter: _Waiter) -> None:
+        if not waiter.prefilled:
+            waiter.prefilled = True
+            self.unprefilled_tokens -= waiter.prompt_tokens
+            if waiter.light:
+                self.light_prefilling -= 1
+        waiter.admitted = False
+        self.inflight_requests -= 1
+        self.inflight_tokens -= waiter.cost
+        if waiter.light:
+            self.light_inflight -= 1
+        if waiter.wave_member:
+            self.wave_members -= 1
+            self._count_wave()
+        ENGINE_INFLIGHT_REQUESTS.set(self.inflight_requests)
+        ENGINE_INFLIGHT_TOKENS.set(self.inflight_tokens)
+        self._room_freed()
+
+
+class FifoAdmission(AdmissionControl):
+    """Admission off: every request goes to the engine at once, in arrival order (plain FIFO: the
+    order is vLLM's). The counters and their metrics still work; no request waits, so there are no
+    waves."""
+
+    enabled = False
+
+    @property
+    def waiting(self) -> int:
+        """None: every request goes in at once."""
+        return 0
+
+    async def _admit(self, waiter: _Waiter) -> None:
+        self._take(waiter)
+
+    def _room_freed(self) -> None:
+        pass  # nothing waits
+
+    def _count_wave(self) -> None:
+        pass  # nothing waits for a wave, so there are none to count
+
+
+class Admission(AdmissionControl):
+    """Bounds and orders the requests in the engine, by the rules of the module's doc."""
+
+    enabled = True
+
+    def __init__(self, limits: AdmissionLimits, *, clock: Callable[[], float] = time.monotonic) -> None:
+        """``clock`` gives the time that ``arrived_at`` values are in (``time.monotonic`` seconds)."""
+        super().__init__(limits, clock=clock)
+        self._wave_since: float | None = None
+        self._light: list[_Waiter] = []
+        self._heavy: list[_Waiter] = []
+        self._waiting_light = 0
+        self._waiting_heavy = 0
+        self._aging_timer: asyncio.TimerHandle | None = None
+
+    @property
+    def waiting(self) -> int:
+        """Requests waiting for admission."""
+        return self._waiting_light + self._waiting_heavy
+
+    @property
+    def protecting(self) -> bool:
+        """Whether a light wave is in the engine: heavy requests wait unless aged."""
+        return self.wave_members >= self.limits.wave_min_requests
+
+    async def _admit(self, waiter: _Waiter) -> None:
+        """Queue ``waiter`` and wait until the rules admit it."""
         waiter.granted = asyncio.get_running_loop().create_future()
         heapq.heappush(self._light if waiter.light else self._heavy, waiter)
         self._count_waiting(waiter, +1)
@@ -343,27 +439,11 @@ class Admission:
             loop = asyncio.get_running_loop()
             self._aging_timer = loop.call_later(delay, self._dispatch)
 
-    # -- bookkeeping -------------------------------------------------------------------------------
-
-    def _take(self, waiter: _Waiter) -> None:
-        waiter.admitted = True
-        self.inflight_requests += 1
-        self.inflight_tokens += waiter.cost
-        self.unprefilled_tokens += waiter.prompt_tokens
-        if waiter.light:
-            self.light_inflight += 1
-            self.light_prefilling += 1
-        if waiter.wave_member:
-            self.wave_members += 1
-            self._count_wave()
-        ENGINE_INFLIGHT_REQUESTS.set(self.inflight_requests)
-        ENGINE_INFLIGHT_TOKENS.set(self.inflight_tokens)
+    def _room_freed(self) -> None:
+        self._dispatch()
 
     def _count_wave(self) -> None:
-        """Count waves and their seconds (they cost throughput: operators and the benchmark see both).
-        With admission off nothing waits for a wave, so there are none to count."""
-        if not self.enabled:
-            return
+        """Count waves and their seconds (they cost throughput: operators and the benchmark see both)."""
         if self.protecting and self._wave_since is None:
             self._wave_since = self._clock()
             ADMISSION_WAVES.inc()
@@ -371,34 +451,15 @@ class Admission:
             ADMISSION_WAVE_SECONDS.inc(max(0.0, self._clock() - self._wave_since))
             self._wave_since = None
 
-    def _prefill_done(self, waiter: _Waiter) -> None:
-        if not waiter.admitted or waiter.prefilled:
-            return
-        waiter.prefilled = True
-        self.unprefilled_tokens -= waiter.prompt_tokens
-        if waiter.light:
-            self.light_prefilling -= 1
-        if self.enabled:
-            self._dispatch()
 
-    def _release(self, waiter: _Waiter) -> None:
-        if not waiter.prefilled:
-            waiter.prefilled = True
-            self.unprefilled_tokens -= waiter.prompt_tokens
-            if waiter.light:
-                self.light_prefilling -= 1
-        waiter.admitted = False
-        self.inflight_requests -= 1
-        self.inflight_tokens -= waiter.cost
-        if waiter.light:
-            self.light_inflight -= 1
-        if waiter.wave_member:
-            self.wave_members -= 1
-            self._count_wave()
-        ENGINE_INFLIGHT_REQUESTS.set(self.inflight_requests)
-        ENGINE_INFLIGHT_TOKENS.set(self.inflight_tokens)
-        if self.enabled:
-            self._dispatch()
+def admission_for(
+    settings: AdmissionConfig, limits: AdmissionLimits, *, clock: Callable[[], float] = time.monotonic
+) -> AdmissionControl:
+    """The admission ``settings`` ask for, under ``limits``: the one place that reads ``enabled``
+    (off: :class:`FifoAdmission`, the benchmark's baseline)."""
+    if settings.enabled:
+        return Admission(limits, clock=clock)
+    return FifoAdmission(limits, clock=clock)
 
 
 def admission_limits(
@@ -426,16 +487,16 @@ def admission_limits(
         prefill_tokens=settings.prefill_queue_tokens or _PREFILL_QUEUE_STEPS * step,
         wave_min_requests=settings.wave_min_requests or max(1, engine.max_num_seqs // 4),
         wave_max_requests=settings.wave_max_requests,
-        aging_seconds=settings.window_seconds,
+        aging_seconds=settings.aging_seconds,
     )
 
 
 def admission_for_engine(
     settings: AdmissionConfig, engine: EngineConfig, *, kv_cache_tokens: int | None
-) -> Admission:
+) -> AdmissionControl:
     """Admission with the configured limits, or limits derived from the running engine."""
     limits = admission_limits(settings, engine, kv_cache_tokens=kv_cache_tokens)
-    admission = Admission(limits, enabled=settings.enabled)
+    admission = admission_for(settings, limits)
     log.info(
         "admission",
         enabled=admission.enabled,

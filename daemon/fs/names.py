@@ -12,12 +12,14 @@ and measures them in bytes, never in characters.
   shortened when the suffix would pass the limit.
 * :func:`first_free`: the first free candidate number, in few checks even after thousands.
 * :func:`temp_name`: the hidden temporary name of an atomic write, within the limit whatever the target.
-
-Turning a name into JSON (for records) is :func:`daemon.records.name_fields`'s job, not this module's.
+* :func:`display_name` / :func:`name_fields`: the one place an OS file name becomes text and JSON (ids,
+  logs, a record's ``metadata``): readable text, plus the exact bytes in base64 when the name is not
+  UTF-8 (reversible, see the README). The records themselves are :mod:`daemon.records`'.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 from collections.abc import Callable
@@ -53,6 +55,24 @@ def is_utf8(name: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
+
+
+def display_name(name: str) -> str:
+    """An OS file name as readable text for ids, logs and records: the name itself when its bytes are
+    UTF-8, else with each undecodable byte written as ``\\xNN`` (not reversible on its own: see
+    :func:`name_fields`)."""
+    return name_bytes(name).decode("utf-8", "backslashreplace")
+
+
+def name_fields(name: str, field: str = "file_name") -> dict[str, str]:
+    """An OS file name as JSON fields: ``{field: name}`` when its bytes are UTF-8, else
+    ``{field: display_name(name), field_b64: base64 of the exact bytes}``. Reversible: the bytes are
+    ``field_b64`` decoded when present, else ``field`` encoded as UTF-8."""
+    raw = name_bytes(name)
+    try:
+        return {field: raw.decode("utf-8")}
+    except UnicodeDecodeError:
+        return {field: display_name(name), f"{field}_b64": base64.b64encode(raw).decode("ascii")}
 
 
 def readable_prefix(name: str, limit: int = SHORT_PREFIX_BYTES) -> str:

@@ -57,21 +57,24 @@ def read_bounded(
     check_size: Callable[[int], None] | None = None,
     dir_fd: int | None = None,
     single_link: bool = False,
+    follow_symlinks: bool = False,
 ) -> bytes:
     """The bytes of the regular file at ``path``, at most ``limit`` + 1 of them (so a caller can tell
     "over the limit"). ``check_size`` is called with the opened file's size before anything is read,
     and may raise to refuse it. Raises :class:`NotRegularFileError` for anything but a regular file and
-    :class:`OSError` if it cannot be opened or read; never follows a link, never blocks on a FIFO.
-    With ``dir_fd``, ``path`` is relative to that open folder (:mod:`daemon.fs.dirs`). With
-    ``single_link``, a file with more than one hard link is refused too: in a folder others write to,
-    it may be another name of a file elsewhere that they cannot read but docsumd can."""
-    mode = os.stat(path, dir_fd=dir_fd, follow_symlinks=False).st_mode
+    :class:`OSError` if it cannot be opened or read; never blocks on a FIFO, and follows no link
+    unless ``follow_symlinks``. With ``dir_fd``, ``path`` is relative to that open folder
+    (:mod:`daemon.fs.dirs`). With ``single_link``, a file with more than one hard link is refused
+    too: in a folder others write to, it may be another name of a file elsewhere that they cannot
+    read but docsumd can. With ``follow_symlinks``, a link to a regular file is read: for files the
+    operator names (the config, an instruction file), never for the inbox."""
+    mode = os.stat(path, dir_fd=dir_fd, follow_symlinks=follow_symlinks).st_mode
     if not stat.S_ISREG(mode):
         raise NotRegularFileError(describe_mode(mode))
     try:
-        fd = os.open(path, _OPEN_FLAGS, dir_fd=dir_fd)
+        fd = os.open(path, _OPEN_FLAGS & ~os.O_NOFOLLOW if follow_symlinks else _OPEN_FLAGS, dir_fd=dir_fd)
     except OSError as exc:
-        if exc.errno == errno.ELOOP:  # swapped for a link since the lstat
+        if exc.errno == errno.ELOOP and not follow_symlinks:  # swapped for a link since the lstat
             raise NotRegularFileError("a symbolic link") from exc
         raise
     try:

@@ -21,7 +21,6 @@ folder's, and fatal (:class:`~daemon.errors.SinkError`).
 from __future__ import annotations
 
 import errno
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
 
@@ -98,16 +97,14 @@ class FolderSink:
         self.outbox_dir.close()
         self.failed_dir.close()
 
-    async def write_result(self, key: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()) -> Path:
-        """Write a result record (headers: unused). :class:`DocumentError` if this record cannot be
-        written, :class:`SinkError` if no record can."""
+    async def write_result(self, key: str, record: Record) -> Path:
+        """Write a result record. :class:`DocumentError` if this record cannot be written,
+        :class:`SinkError` if no record can."""
         return await self._write(self.outbox_dir, self.result_name(key), record)
 
-    async def write_failure(
-        self, key: str, record: Record, headers: Sequence[tuple[str, bytes]] = ()
-    ) -> Path:
-        """Write a failure record (headers: unused). :class:`DocumentError` if this record cannot be
-        written, :class:`SinkError` if no record can."""
+    async def write_failure(self, key: str, record: Record) -> Path:
+        """Write a failure record. :class:`DocumentError` if this record cannot be written,
+        :class:`SinkError` if no record can."""
         return await self._write(self.failed_dir, self.error_name(key), record)
 
     async def _write(self, folder: Dir, name: str, record: Record) -> Path:

@@ -10,8 +10,9 @@ the service's fault but the record's: a record over ``max_request_bytes``, or on
 as too large, raises :class:`RecordTooLargeError` (a per-document error), and the source writes the
 record's :attr:`Output.fallback` instead (see :mod:`daemon.sources.kafka.committer`).
 
-In exactly-once mode (``exactly_once = true``) the producer is transactional instead: the source's
-transactional committer (:mod:`daemon.sources.kafka.committer`) holds finished outputs and calls
+In exactly-once mode the producer is transactional instead: the source's transactional committer
+(:mod:`daemon.sources.kafka.committer`, which alone reads ``exactly_once``) asks for it before the
+sink starts (:meth:`KafkaSink.use_transactions`), holds finished outputs and calls
 :meth:`KafkaSink.write_transaction`, which writes them and the consumed offsets in one transaction
 (``send_offsets_to_transaction``). Readers with ``isolation.level=read_committed`` see each committed
 output once; an aborted or unfinished transaction (a crash) is invisible to them, and its inputs are
@@ -28,9 +29,10 @@ from typing import Any, Final, Literal
 
 from daemon.config import KafkaSourceConfig
 from daemon.errors import DocumentError, ProducerFencedError, SinkError
+from daemon.kafka_client import client_options
 from daemon.lifecycle import Lifecycle
 from daemon.ops.logging import get_logger
-from daemon.records import Headers, Record, encode_record
+from daemon.records import Headers
 
 log = get_logger(__name__)
 
@@ -83,7 +85,15 @@ class KafkaSink(Lifecycle):
         self.config = config
         self.retry_seconds = retry_seconds
         self._producer: Any = None
+        self._transactional_id: str | None = None
         self._renewing = asyncio.Lock()
+
+    def use_transactions(self, transactional_id: str) -> None:
+        """Make the producer transactional, under ``transactional_id``: the transactional committer
+        asks for it (:func:`daemon.sources.kafka.committer.committer_for`), before :meth:`start`."""
+        if self._producer is not None:
+            raise RuntimeError("the Kafka producer is running: transactions must be asked for before start()")
+        self._transactional_id = transactional_id
 
     async def start(self) -> None:
         """Connect the producer."""
@@ -91,11 +101,9 @@ class KafkaSink(Lifecycle):
             return
         from aiokafka import AIOKafkaProducer
 
-        transactional_id = None
-        if self.config.exactly_once:
-            transactional_id = self.config.transactional_id or default_transactional_id(self.config.group_id)
+        transactional_id = self._transactional_id
         producer = AIOKafkaProducer(
-            **self.config.client_options(),
+            **client_options(self.config),
             acks="all",
             enable_idempotence=True,
             transactional_id=transactional_id,
@@ -113,14 +121,6 @@ class KafkaSink(Lifecycle):
         producer, self._producer = self._producer, None
         if producer is not None:
             await producer.stop()
-
-    async def write_result(self, key: str, record: Record, headers: Headers) -> None:
-        """Send a result to the output topic and wait for the broker's acknowledgement."""
-        await self.send(self.config.output_topic, key, encode_record(record), headers)
-
-    async def write_failure(self, key: str, record: Record, headers: Headers) -> None:
-        """Send a failure record to the dead-letter topic and wait for the acknowledgement."""
-        await self.send(self.config.dead_letter_topic, key, encode_record(record), headers)
 
     async def send(self, topic: str, key: str, value: bytes, headers: Headers) -> None:
         """Send one record; :class:`SinkError` unless the broker acknowledged it.

@@ -67,12 +67,13 @@ from daemon.config import DEFAULT_PROFILE, FolderSourceConfig
 from daemon.errors import DocumentError, SinkError
 from daemon.fs.blocking_io import BlockingIO, file_io
 from daemon.fs.dirs import Dir
+from daemon.fs.names import display_name, name_fields
 from daemon.fs.safe_read import NotRegularFileError, read_bounded, read_regular_file
 from daemon.lifecycle import Lifecycle
 from daemon.ops.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import observe_failed
-from daemon.records import Record, display_name, failure_record, name_fields
+from daemon.records import Record, failure_record
 from daemon.sinks.folder import FolderSink
 from daemon.sources.claims import Claim, WorkFolder
 from daemon.sources.inbox_names import (

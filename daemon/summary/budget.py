@@ -19,10 +19,11 @@ the length of its wording change the room (:func:`daemon.summary.profiles.build_
 The rules, each implemented once, here:
 
 1. A summary is at most half of the context: the prompt needs room too. Checked for the configured
-   length (also by :class:`~daemon.config.Config` on load, see :func:`check_lengths`) and for a
-   document's own ``max_summary_tokens``.
+   length (also without a tokenizer, as soon as the config is loaded: :func:`check_summary_lengths`)
+   and for a document's own ``max_summary_tokens``.
 2. A part summary is at most a sixth of the context, so that a combine step holds several of them
-   (checked on load too).
+   (checked as soon as the config is loaded too). Its length defaults to the summary's, at most a
+   sixth of the context (:func:`part_summary_tokens`).
 3. A combine request of part summaries holds at least two of them with their labels; otherwise
    staged summaries would never shrink.
 4. The final combine request holds at least two intermediate summaries of ``_MIN_STEP_TOKENS``
@@ -63,6 +64,26 @@ def max_summary_tokens(context_tokens: int) -> int:
     return context_tokens // 2
 
 
+def part_summary_tokens(summary: SummaryConfig, context_tokens: int) -> int:
+    """The effective length of part and intermediate summaries in a context of ``context_tokens``
+    (rule 2's default): ``summary.part_summary_tokens``, else the summary's length, at most a sixth
+    of the context."""
+    return summary.part_summary_tokens or min(summary.max_summary_tokens, context_tokens // 6)
+
+
+def check_summary_lengths(
+    summary: SummaryConfig, context_tokens: int, *, summary_key: str = "summary.max_summary_tokens"
+) -> None:
+    """Rules 1 and 2 for ``summary`` (:func:`check_lengths`): the checks that need no tokenizer, run
+    as soon as the config is loaded (:func:`daemon.summary.profiles.resolve_profiles`)."""
+    check_lengths(
+        context_tokens,
+        summary.max_summary_tokens,
+        part_summary_tokens(summary, context_tokens),
+        summary_key=summary_key,
+    )
+
+
 def check_lengths(
     context_tokens: int,
     summary_tokens: int,
@@ -70,11 +91,11 @@ def check_lengths(
     *,
     summary_key: str = "summary.max_summary_tokens",
 ) -> None:
-    """Rules 1 and 2, which need no tokenizer (``Config`` checks them on load).
+    """Rules 1 and 2, which need no tokenizer.
 
-    ``part_summary_tokens`` is the effective length (:meth:`~daemon.config.SummaryConfig.part_tokens`);
-    ``summary_key`` is where ``summary_tokens`` was set. Raises :class:`~daemon.errors.ConfigError`
-    naming the key to change.
+    ``part_summary_tokens`` is the effective length (:func:`part_summary_tokens`); ``summary_key`` is
+    where ``summary_tokens`` was set. Raises :class:`~daemon.errors.ConfigError` naming the key to
+    change.
     """
     half = max_summary_tokens(context_tokens)
     if summary_tokens > half:
@@ -147,15 +168,13 @@ class ContextBudget:
     def _create(
         cls, summary: SummaryConfig, context_tokens: int, prompts: PromptBuilder, summary_key: str
     ) -> ContextBudget:
-        part_summary_tokens = summary.part_tokens(context_tokens)
-        check_lengths(
-            context_tokens, summary.max_summary_tokens, part_summary_tokens, summary_key=summary_key
-        )
-        part_input_tokens = _room(prompts, context_tokens, PromptKind.PART, _PART_STYLE, part_summary_tokens)
+        check_summary_lengths(summary, context_tokens, summary_key=summary_key)
+        part_tokens = part_summary_tokens(summary, context_tokens)
+        part_input_tokens = _room(prompts, context_tokens, PromptKind.PART, _PART_STYLE, part_tokens)
         budget = cls(
             context_tokens=context_tokens,
             summary_tokens=summary.max_summary_tokens,
-            part_summary_tokens=part_summary_tokens,
+            part_summary_tokens=part_tokens,
             part_input_tokens=part_input_tokens,
             overlap_tokens=min(summary.chunk_overlap_tokens, part_input_tokens // 4),
             prompts=prompts,

@@ -1,5 +1,15 @@
-"""Summary profiles at run time: each profile of the config resolved once, before the engine starts,
-into a :class:`Profile` (wording, context budget, sampling, version), and chosen per document.
+"""Summary profiles: the config's ``[profiles.NAME]`` sections resolved once, before the engine
+starts, into a :class:`Profile` (wording, context budget, sampling, version), and chosen per document.
+
+**Resolution** (the one place that assembles profiles; the daemon, ``check-config`` and
+``summarize`` all ask it): ``default`` and each ``[profiles.NAME]``, a section named like a profile
+docsumd ships (daemon/profiles.toml, :func:`shipped_profiles`) taken over the shipped one
+(:func:`effective_profiles`); lengths, style and sampling a profile leaves out come from
+``[summary]``; its ``instruction_file`` is read (:func:`read_instruction_file`). Without a tokenizer
+that gives a :class:`ProfileSpec` each (:func:`resolve_profiles`, which also checks what needs no
+tokenizer: instruction files, the length rules of :mod:`daemon.summary.budget`, the profile names
+sources give); with the served model's tokenizer, a :class:`Profile` with its context budget
+(:func:`build_profiles`). Each check raises :class:`~daemon.errors.ConfigError` naming the key.
 
 A profile is a strategy object: the summarizer asks the document's profile for its prompts, its
 lengths and its sampling, and never looks at a profile's name or settings itself.
@@ -25,19 +35,37 @@ the layout is ``prompt_version``).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import importlib.resources
 import json
-from collections.abc import Iterator
+import tomllib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Final
 
-from daemon.config import Config, ProfileConfig, SummaryConfig
+from daemon.config import DEFAULT_PROFILE, Config, ProfileConfig, SummaryConfig, read_config_file
 from daemon.contracts import Sampling
-from daemon.errors import DocumentError
-from daemon.summary.budget import ContextBudget
+from daemon.errors import ConfigError, DocumentError
+from daemon.summary.budget import ContextBudget, check_summary_lengths
 from daemon.summary.prompts import DEFAULT_INSTRUCTIONS, ChatTokenizer, Instructions, PromptBuilder
 
 VERSION_DIGITS: Final = 12
+MAX_INSTRUCTION_FILE_BYTES: Final = 256 << 10
+"""The largest ``instruction_file`` read (256 KiB); a larger one is a configuration error."""
+_SUMMARY_KEYS: Final = (
+    "style",
+    "max_summary_tokens",
+    "temperature",
+    "top_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "stop",
+    "seed",
+)
+"""The keys a profile shares with [summary]: a profile that leaves one out takes [summary]'s."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,10 +149,65 @@ def summary_sampling(summary: SummaryConfig, max_tokens: int | None = None) -> S
     )
 
 
+# -- resolution ------------------------------------------------------------------------------------
+
+
+@functools.cache
+def shipped_profiles() -> Mapping[str, ProfileConfig]:
+    """The profiles docsumd ships (daemon/profiles.toml), by name. Only ``default`` is on by itself;
+    the others are used by naming them in the config (an empty ``[profiles.NAME]`` is enough)."""
+    text = importlib.resources.files("daemon").joinpath("profiles.toml").read_text(encoding="utf-8")
+    return {name: ProfileConfig.model_validate(table) for name, table in tomllib.loads(text).items()}
+
+
+def effective_profiles(config: Config) -> dict[str, ProfileConfig]:
+    """Every profile section of ``config`` by name, as it runs: ``default``, then each
+    ``[profiles.NAME]`` (over the shipped profile of that name, if there is one)."""
+    shipped = shipped_profiles()
+    profiles = {DEFAULT_PROFILE: shipped[DEFAULT_PROFILE]}
+    for name, section in config.profiles.items():
+        profiles[name] = _over(section, shipped[name]) if name in shipped else section
+    return profiles
+
+
+def _over(section: ProfileConfig, base: ProfileConfig) -> ProfileConfig:
+    """``base`` (a shipped profile) with the keys ``section`` sets replaced."""
+    update = section.model_dump(exclude_unset=True)
+    if {"instruction", "instruction_file"} & update.keys():
+        # Setting one of the two replaces the base's instruction, whichever way the base gave it.
+        update = {"instruction": None, "instruction_file": None, **update}
+    return base.model_copy(update=update)
+
+
+def profile_summary(section: ProfileConfig, summary: SummaryConfig) -> SummaryConfig:
+    """``summary`` with the profile's lengths, style and sampling where it sets them."""
+    overrides = {key: getattr(section, key) for key in _SUMMARY_KEYS if getattr(section, key) is not None}
+    return SummaryConfig.model_validate({**summary.model_dump(), **overrides})
+
+
+def read_instruction_file(path: Path) -> str:
+    """An instruction file's text; ValueError (with the reason) if it is not usable: missing, not a
+    regular file (a FIFO, a device, a folder), larger than :data:`MAX_INSTRUCTION_FILE_BYTES`, not
+    UTF-8, or empty."""
+    try:
+        text = read_config_file(path, MAX_INSTRUCTION_FILE_BYTES).decode("utf-8").strip()
+    except FileNotFoundError:
+        raise ValueError(f"instruction file {str(path)!r} does not exist") from None
+    except (OSError, ValueError) as exc:  # UnicodeDecodeError is a ValueError
+        raise ValueError(f"cannot read instruction file {str(path)!r}: {exc}") from None
+    if not text:
+        raise ValueError(f"instruction file {str(path)!r} is empty")
+    return text
+
+
 def instructions_of(profile: ProfileConfig) -> Instructions:
-    """A profile's wording: its own texts where it sets them, docsumd's own elsewhere."""
+    """A profile's wording: its own texts where it sets them (``instruction_file`` read), docsumd's
+    own elsewhere. ValueError if its instruction file cannot be read."""
+    system = profile.instruction
+    if profile.instruction_file is not None:
+        system = read_instruction_file(profile.instruction_file)
     own = {
-        "system": profile.instruction_text(),
+        "system": system,
         "document": profile.document_instruction,
         "part": profile.part_instruction,
         "combine": profile.combine_instruction,
@@ -151,59 +234,138 @@ def profile_version(instructions: Instructions, summary: SummaryConfig) -> str:
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:VERSION_DIGITS]
 
 
-def build_profile(
-    name: str,
-    section: ProfileConfig,
-    summary: SummaryConfig,
-    context_tokens: int,
-    tokenizer: ChatTokenizer,
-    *,
-    sets_length: bool = False,
-) -> Profile:
-    """Resolve one profile. ``sets_length``: its own section sets max_summary_tokens (errors then
-    name that key). Raises :class:`~daemon.errors.ConfigError` naming ``profiles.NAME`` if its
-    budget cannot work."""
-    effective = section.summary_over(summary)
-    instructions = instructions_of(section)
+@dataclass(frozen=True, slots=True)
+class ProfileSpec:
+    """One profile resolved without a tokenizer: what ``check-config`` shows, and what
+    :func:`build_profile` completes with a context budget."""
+
+    name: str
+    section: ProfileConfig
+    """Its section as it runs (over the shipped profile of its name)."""
+    summary: SummaryConfig
+    """``[summary]`` with the profile's lengths, style and sampling where it sets them."""
+    instructions: Instructions
+    version: str
+    """:func:`profile_version` of its wording and sampling."""
+    summary_key: str
+    """Where its ``max_summary_tokens`` is set (errors name it)."""
+
+
+def resolve_profiles(config: Config) -> list[ProfileSpec]:
+    """Every profile of ``config``, ``default`` first, after the checks that need no tokenizer (run
+    as soon as the config is loaded, and again before the engine starts): each instruction file
+    readable, the summary lengths within rules 1 and 2 of :mod:`daemon.summary.budget` (``[summary]``,
+    then each profile that sets its own), every profile a source names known. Raises
+    :class:`~daemon.errors.ConfigError` naming the key to change."""
+    specs = [_resolve(name, section, config) for name, section in effective_profiles(config).items()]
+    context_tokens = config.engine.max_model_len
+    check_summary_lengths(config.summary, context_tokens)
+    for spec in specs:
+        if _sets_length(config, spec.name):
+            check_summary_lengths(spec.summary, context_tokens, summary_key=spec.summary_key)
+    _check_known(config, [spec.name for spec in specs])
+    return specs
+
+
+def _resolve(name: str, section: ProfileConfig, config: Config) -> ProfileSpec:
+    own = _sets_length(config, name)
+    key = f"profiles.{name}.max_summary_tokens" if own else "summary.max_summary_tokens"
+    return _spec(name, section, config.summary, summary_key=key)
+
+
+def _sets_length(config: Config, name: str) -> bool:
+    """Whether the config's own section of profile ``name`` sets max_summary_tokens."""
+    section = config.profiles.get(name)
+    return section is not None and section.max_summary_tokens is not None
+
+
+def _spec(name: str, section: ProfileConfig, summary: SummaryConfig, *, summary_key: str) -> ProfileSpec:
+    try:
+        instructions = instructions_of(section)
+    except ValueError as exc:
+        raise ConfigError(f"profiles.{name}.instruction_file: {exc}") from None
+    effective = profile_summary(section, summary)
+    return ProfileSpec(
+        name=name,
+        section=section,
+        summary=effective,
+        instructions=instructions,
+        version=profile_version(instructions, effective),
+        summary_key=summary_key,
+    )
+
+
+def _check_known(config: Config, known: list[str]) -> None:
+    # A source naming a profile this config does not have would fail every document it reads.
+    unknown = [
+        f"{key}: unknown profile {name!r}" for key, name in profile_users(config).items() if name not in known
+    ]
+    if unknown:
+        raise ConfigError("; ".join(unknown) + f" (profiles: {', '.join(sorted(known))})")
+
+
+def profile_users(config: Config) -> dict[str, str]:
+    """Config key -> the profile it names: the default, and each source's (or topic's) own."""
+    users = {"summary.profile": config.summary.profile}
+    folder, kafka = config.sources.folder, config.sources.kafka
+    if folder is not None and folder.profile is not None:
+        users["sources.folder.profile"] = folder.profile
+    if kafka is not None:
+        if kafka.profile is not None:
+            users["sources.kafka.profile"] = kafka.profile
+        for topic, name in kafka.topic_profiles.items():
+            users[f"sources.kafka.topic_profiles.{topic}"] = name
+    return users
+
+
+def source_profiles(config: Config) -> dict[str, str]:
+    """Each configured source (each Kafka input topic) -> the profile of its documents, unless a
+    document's options ask for another."""
+    default = config.summary.profile
+    uses: dict[str, str] = {}
+    if config.sources.folder is not None:
+        uses["sources.folder"] = config.sources.folder.profile or default
+    if config.sources.kafka is not None:
+        for topic in config.sources.kafka.input_topics:
+            uses[f"sources.kafka topic {topic!r}"] = config.sources.kafka.profile_for(topic) or default
+    return uses
+
+
+# -- with the tokenizer ----------------------------------------------------------------------------
+
+
+def build_profile(spec: ProfileSpec, context_tokens: int, tokenizer: ChatTokenizer) -> Profile:
+    """Complete one profile with its context budget. Raises :class:`~daemon.errors.ConfigError`
+    naming ``profiles.NAME`` if its budget cannot work."""
     budget = ContextBudget.create(
-        effective,
+        spec.summary,
         context_tokens,
         tokenizer,
-        instructions=instructions,
-        profile_key=f"profiles.{name}",
-        summary_key=f"profiles.{name}.max_summary_tokens" if sets_length else "summary.max_summary_tokens",
+        instructions=spec.instructions,
+        profile_key=f"profiles.{spec.name}",
+        summary_key=spec.summary_key,
     )
     return Profile(
-        name=name,
-        version=profile_version(instructions, effective),
-        description=section.description or "",
-        summary=effective,
+        name=spec.name,
+        version=spec.version,
+        description=spec.section.description or "",
+        summary=spec.summary,
         budget=budget,
     )
 
 
 def build_profiles(config: Config, tokenizer: ChatTokenizer) -> Profiles:
-    """Every profile of ``config`` with the served model's ``tokenizer`` (from
-    :func:`daemon.engine.vllm_engine.load_tokenizer`). Raises :class:`~daemon.errors.ConfigError` naming the
-    profile and the key to change if the budget of one cannot work; call it before the engine starts."""
+    """Every profile of ``config`` (:func:`resolve_profiles`, with its checks) with the served model's
+    ``tokenizer`` (from :func:`daemon.engine.vllm_engine.load_tokenizer`). Raises
+    :class:`~daemon.errors.ConfigError` naming the profile and the key to change if the budget of one
+    cannot work; call it before the engine starts."""
     context_tokens = config.engine.max_model_len
-    profiles = [
-        build_profile(
-            name,
-            section,
-            config.summary,
-            context_tokens,
-            tokenizer,
-            sets_length=name in config.profiles and config.profiles[name].max_summary_tokens is not None,
-        )
-        for name, section in config.effective_profiles().items()
-    ]
+    profiles = [build_profile(spec, context_tokens, tokenizer) for spec in resolve_profiles(config)]
     return Profiles(profiles, config.summary.profile)
 
 
 def default_profiles(summary: SummaryConfig, context_tokens: int, tokenizer: ChatTokenizer) -> Profiles:
     """The ``default`` profile of ``summary`` alone (no [profiles]): for tests and benchmarks that
     build a summarizer from a summary section."""
-    return Profiles(
-        [build_profile("default", ProfileConfig(), summary, context_tokens, tokenizer)], "default"
-    )
+    spec = _spec(DEFAULT_PROFILE, ProfileConfig(), summary, summary_key="summary.max_summary_tokens")
+    return Profiles([build_profile(spec, context_tokens, tokenizer)], DEFAULT_PROFILE)

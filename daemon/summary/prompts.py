@@ -23,7 +23,7 @@ import enum
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
-if TYPE_CHECKING:  # only a type here: daemon.config imports daemon.summary.budget, which imports this module
+if TYPE_CHECKING:  # only a type here
     from daemon.config import Style
 
 PROMPT_VERSION: Final = "summary-v2"

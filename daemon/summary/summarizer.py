@@ -16,8 +16,8 @@ here: the profile gives the wording of its prompts, its lengths, style and sampl
 budget. How long parts, part summaries and combine steps are is the budget's business
 (:mod:`daemon.summary.budget`), decided before the engine starts; this module only follows it.
 
-Every request goes through :class:`~daemon.engine.admission.Admission`; combine steps are marked urgent so
-documents already in progress finish first. One document has at most
+Every request goes through admission (:class:`~daemon.engine.admission.AdmissionControl`); combine
+steps are marked urgent so documents already in progress finish first. One document has at most
 ``summary.max_parallel_requests_per_document`` requests waiting or running at once.
 """
 
@@ -33,7 +33,7 @@ from typing import Any, Final, TypeVar
 from daemon.config import SummaryConfig
 from daemon.contracts import EngineClient, Generation
 from daemon.document.decode import Document
-from daemon.engine.admission import Admission
+from daemon.engine.admission import AdmissionControl
 from daemon.errors import DocumentError, RequestError
 from daemon.ops.metrics import ENGINE_REQUESTS
 from daemon.records import Summary, request_id
@@ -159,7 +159,7 @@ class Summarizer:
         config: SummaryConfig,
         *,
         profiles: Profiles,
-        admission: Admission,
+        admission: AdmissionControl,
     ) -> None:
         """``profiles`` are :func:`daemon.summary.profiles.build_profiles`'s, for this ``tokenizer``;
         ``config`` bounds every document's fan-out and parts."""

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 
 from daemon.config import load_config
-from daemon.summary.profiles import instructions_of, profile_version
+from daemon.summary.profiles import resolve_profiles
 from tests.corpus import corpus_text
 from tests.e2e.harness import REPO, DaemonProcess, Layout, configure_kafka, drop_file, wait_for
 from tests.kafka_broker import KafkaBroker, Topics, all_committed, create_topics, produce, read_all
@@ -35,11 +35,7 @@ def _records(broker: KafkaBroker, topic: str) -> list[Any]:
 
 def _expected_versions(layout: Layout) -> dict[str, str]:
     """Each profile's version, computed from the daemon's own config file as check-config does."""
-    config = load_config(layout.config)
-    return {
-        name: profile_version(instructions_of(section), section.summary_over(config.summary))
-        for name, section in config.effective_profiles().items()
-    }
+    return {spec.name: spec.version for spec in resolve_profiles(load_config(layout.config))}
 
 
 def test_folder_and_kafka_topic_with_different_profiles_in_one_daemon(

@@ -15,7 +15,16 @@ import pytest
 from prometheus_client import REGISTRY
 
 from daemon.config import AdmissionConfig, EngineConfig
-from daemon.engine.admission import Admission, AdmissionLimits, SlotHandle, admission_limits
+from daemon.engine.admission import (
+    Admission,
+    AdmissionControl,
+    AdmissionLimits,
+    FifoAdmission,
+    SlotHandle,
+    admission_for,
+    admission_for_engine,
+    admission_limits,
+)
 
 LIGHT = 100  # prompt tokens of a light request (light_prompt_tokens below)
 HEAVY = 1000
@@ -33,21 +42,20 @@ class Clock:
         return self.now
 
 
-def make_admission(
-    *,
-    max_requests: int = 100,
-    max_tokens: int = 1_000_000,
-    enabled: bool = True,
-    clock: Clock | None = None,
-    **limits: Any,
-) -> Admission:
+def make_limits(*, max_requests: int = 100, max_tokens: int = 1_000_000, **limits: Any) -> AdmissionLimits:
     """Light prompts up to LIGHT tokens; no prefill queue bound and no waves unless a test sets them."""
     settings: dict[str, Any] = {"light_prompt_tokens": LIGHT, "aging_seconds": AGING} | limits
-    return Admission(
-        AdmissionLimits(max_requests=max_requests, max_tokens=max_tokens, **settings),
-        enabled=enabled,
-        clock=clock or Clock(),
-    )
+    return AdmissionLimits(max_requests=max_requests, max_tokens=max_tokens, **settings)
+
+
+def make_admission(*, clock: Clock | None = None, **limits: Any) -> Admission:
+    """Admission on, with :func:`make_limits`."""
+    return Admission(make_limits(**limits), clock=clock or Clock())
+
+
+def make_fifo(**limits: Any) -> FifoAdmission:
+    """Admission off (the FIFO pass-through), with :func:`make_limits`."""
+    return FifoAdmission(make_limits(**limits), clock=Clock())
 
 
 async def settle(steps: int = 20) -> None:
@@ -61,7 +69,7 @@ class Request:
 
     def __init__(
         self,
-        admission: Admission,
+        admission: AdmissionControl,
         name: str,
         cost: int,
         log: list[str],
@@ -78,7 +86,7 @@ class Request:
         self._log = log
         self.task = asyncio.create_task(self._run(admission, cost, slot_kwargs), name=name)
 
-    async def _run(self, admission: Admission, cost: int, slot_kwargs: dict[str, Any]) -> None:
+    async def _run(self, admission: AdmissionControl, cost: int, slot_kwargs: dict[str, Any]) -> None:
         async with admission.slot(cost, **slot_kwargs) as handle:
             self.handle = handle
             self._log.append(self.name)
@@ -96,11 +104,11 @@ class Request:
         await asyncio.wait_for(self.task, WAIT)
 
 
-def light(admission: Admission, name: str, log: list[str], **kwargs: Any) -> Request:
+def light(admission: AdmissionControl, name: str, log: list[str], **kwargs: Any) -> Request:
     return Request(admission, name, LIGHT + 50, log, prompt_tokens=LIGHT, **kwargs)
 
 
-def heavy(admission: Admission, name: str, log: list[str], **kwargs: Any) -> Request:
+def heavy(admission: AdmissionControl, name: str, log: list[str], **kwargs: Any) -> Request:
     return Request(admission, name, HEAVY + 50, log, prompt_tokens=HEAVY, **kwargs)
 
 
@@ -120,7 +128,7 @@ async def run_in_order(admission: Admission, requests: list[tuple[str, int, dict
     return log[1:]
 
 
-def assert_empty(admission: Admission) -> None:
+def assert_empty(admission: AdmissionControl) -> None:
     counters = (
         admission.waiting,
         admission.inflight_requests,
@@ -219,7 +227,7 @@ def test_limits_are_derived_from_the_engine() -> None:
         prefill_queue_tokens=1000,
         wave_min_requests=3,
         wave_max_requests=5,
-        window_seconds=2.0,
+        aging_seconds=2.0,
     )
     assert admission_limits(configured, engine, kv_cache_tokens=None) == AdmissionLimits(
         max_requests=8,
@@ -232,6 +240,18 @@ def test_limits_are_derived_from_the_engine() -> None:
     )
     unknown_cache = admission_limits(AdmissionConfig(), engine, kv_cache_tokens=None)
     assert unknown_cache.max_tokens == 32 * 16384
+
+
+def test_the_config_picks_ordered_admission_or_fifo_once() -> None:
+    on = admission_for(AdmissionConfig(), make_limits())
+    off = admission_for(AdmissionConfig(enabled=False), make_limits())
+    assert isinstance(on, Admission)
+    assert on.enabled
+    assert isinstance(off, FifoAdmission)
+    assert not off.enabled
+    engine = EngineConfig(model="m", max_model_len=4096, max_num_seqs=8, max_num_batched_tokens=4096)
+    built = admission_for_engine(AdmissionConfig(enabled=False), engine, kv_cache_tokens=None)
+    assert isinstance(built, FifoAdmission)
 
 
 # -- order -----------------------------------------------------------------------------------------
@@ -464,7 +484,7 @@ async def test_waves_are_counted_with_their_seconds() -> None:
     await wave[2].release()
     assert REGISTRY.get_sample_value("docsumd_admission_light_waves_total") == waves + 1
     assert_empty(admission)
-    off = make_admission(wave_min_requests=2, enabled=False)  # FIFO: nothing waits for a wave
+    off = make_fifo(wave_min_requests=2)  # FIFO: nothing waits for a wave
     fifo = [light(off, f"f{n}", log, arrived_at=0.0) for n in range(3)]
     await settle()
     for request in fifo:
@@ -712,7 +732,7 @@ async def test_exception_in_the_body_releases_the_slot() -> None:
 
 
 async def test_disabled_admits_everything_at_once_and_still_counts() -> None:
-    admission = make_admission(max_requests=1, max_tokens=10, enabled=False, wave_min_requests=1)
+    admission = make_fifo(max_requests=1, max_tokens=10, wave_min_requests=1)
     log: list[str] = []
     requests = [Request(admission, f"r{number}", 100, log, arrived_at=float(-number)) for number in range(5)]
     await settle()

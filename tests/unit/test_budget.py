@@ -16,7 +16,7 @@ import pytest
 
 from daemon.config import Config, EngineConfig, Style, SummaryConfig
 from daemon.errors import ConfigError, DocumentError
-from daemon.summary.budget import ContextBudget, check_lengths
+from daemon.summary.budget import ContextBudget, check_lengths, check_summary_lengths, part_summary_tokens
 from daemon.summary.profiles import build_profiles
 from daemon.summary.prompts import PromptBuilder, PromptKind
 
@@ -180,11 +180,20 @@ def test_rules_checked_on_load_are_checked_by_the_budget_too(
     assert str(caught.value).startswith(key)
     config = SummaryConfig(**summary)
     with pytest.raises(ConfigError, match=re.escape(key)):
-        check_lengths(context_tokens, config.max_summary_tokens, config.part_tokens(context_tokens))
+        check_lengths(context_tokens, config.max_summary_tokens, part_summary_tokens(config, context_tokens))
+    with pytest.raises(ConfigError, match=re.escape(key)):
+        check_summary_lengths(config, context_tokens)
+
+
+def test_part_summaries_default_to_the_summary_length_at_most_a_sixth_of_the_context() -> None:
+    assert part_summary_tokens(SummaryConfig(max_summary_tokens=64), 4096) == 64
+    assert part_summary_tokens(SummaryConfig(max_summary_tokens=512), 1024) == 170
+    assert part_summary_tokens(SummaryConfig(max_summary_tokens=512, part_summary_tokens=40), 1024) == 40
 
 
 def test_check_lengths_accepts_the_limits(tokenizer: Any) -> None:
     check_lengths(1024, 512, 170)
+    check_summary_lengths(SummaryConfig(max_summary_tokens=512), 1024)
     with pytest.raises(ConfigError, match=r"summary\.part_summary_tokens"):
         check_lengths(1024, 512, 171)
 

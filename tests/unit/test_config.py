@@ -1,4 +1,5 @@
-"""Unit tests for daemon.config (load_config, validation, env overrides) and ``docsumd check-config``."""
+"""Unit tests for daemon.config (load_config, validation, env overrides, relative paths, renamed keys)
+and ``docsumd check-config``."""
 
 from __future__ import annotations
 
@@ -12,9 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from daemon.cli import main
+from daemon.cli import log_renamed_keys, main
 from daemon.config import Config, load_config
 from daemon.errors import ConfigError
+from daemon.kafka_client import client_options
+from daemon.summary.budget import part_summary_tokens
 from tests.config_files import config_error, config_file
 
 EXAMPLE_CONFIG = Path(__file__).resolve().parents[2] / "docsumd.toml"
@@ -80,6 +83,56 @@ def test_absolute_folders_are_kept(tmp_path: Path) -> None:
     assert (str(folder.inbox), str(folder.outbox)) == (inbox, outbox)
 
 
+def test_every_path_key_resolves_against_the_config_files_folder(tmp_path: Path) -> None:
+    (tmp_path / "memo.txt").write_text("Write a memo.")
+    text = (
+        MINIMAL
+        + '[profiles.memo]\ninstruction_file = "memo.txt"\n'
+        + KAFKA
+        + 'ssl_cafile = "tls/ca.pem"\nssl_certfile = "/etc/docsumd/cert.pem"\n'
+        + _folders("in", "out")
+        + 'work = "work"\n'
+    )
+    config = load_config(config_file(tmp_path, text))
+    base = tmp_path.resolve()
+    kafka, folder = config.sources.kafka, config.sources.folder
+    assert kafka is not None
+    assert folder is not None
+    assert kafka.ssl_cafile == base / "tls" / "ca.pem"
+    assert kafka.ssl_certfile == Path("/etc/docsumd/cert.pem")  # absolute: kept
+    assert kafka.ssl_keyfile is None
+    assert folder.work == base / "work"
+    assert config.profiles["memo"].instruction_file == base / "memo.txt"
+
+
+def test_path_keys_are_found_from_the_types_of_the_sections(tmp_path: Path) -> None:
+    # A Path key added to a section is resolved without being listed anywhere.
+    from pydantic import BaseModel
+
+    from daemon.config import _resolve_typed_paths
+
+    class Inner(BaseModel):
+        cert: Path | None = None
+        name: str = ""
+
+    class Outer(BaseModel):
+        key: Path
+        inner: Inner | None = None
+        tables: dict[str, Inner] = {}
+
+    raw = {
+        "key": "k.pem",
+        "inner": {"cert": "c.pem", "name": "n.pem"},
+        "tables": {"a": {"cert": "/abs.pem"}, "b": "not a table"},
+    }
+    _resolve_typed_paths(Outer, raw, tmp_path)
+    assert raw == {
+        "key": str(tmp_path / "k.pem"),
+        "inner": {"cert": str(tmp_path / "c.pem"), "name": "n.pem"},
+        "tables": {"a": {"cert": "/abs.pem"}, "b": "not a table"},
+    }
+
+
 # -- environment overrides -------------------------------------------------------------------------
 
 
@@ -99,6 +152,77 @@ def test_invalid_environment_override_is_a_config_error(
     message = config_error(example_config)
     assert "engine.max_model_len" in message
     assert "DOCSUMD_" in message  # the message tells how overrides are spelled
+
+
+# -- renamed keys ----------------------------------------------------------------------------------
+
+RENAMED = {"admission.window_seconds": "admission.aging_seconds"}
+
+
+def test_a_renamed_key_is_accepted_under_its_old_name_from_the_file(tmp_path: Path) -> None:
+    config = load_config(config_file(tmp_path, MINIMAL + "[admission]\nwindow_seconds = 5\n"))
+    assert config.admission.aging_seconds == 5
+    assert config.renamed_keys == RENAMED
+    assert "window_seconds" not in config.model_dump()["admission"]
+    assert load_config(config_file(tmp_path, MINIMAL)).renamed_keys == {}
+
+
+def test_a_renamed_key_is_accepted_under_its_old_name_from_the_environment(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("DOCSUMD_ADMISSION__WINDOW_SECONDS", "7")
+    config = load_config(config_file(tmp_path, MINIMAL))
+    assert config.admission.aging_seconds == 7
+    assert config.renamed_keys == RENAMED
+
+
+def test_a_renamed_key_set_under_both_names_is_a_config_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    both = MINIMAL + "[admission]\nwindow_seconds = 5\naging_seconds = 6\n"
+    message = config_error(config_file(tmp_path, both))
+    assert "admission.window_seconds and admission.aging_seconds are both set" in message
+    monkeypatch.setenv("DOCSUMD_ADMISSION__WINDOW_SECONDS", "7")
+    new_in_file = config_file(tmp_path, MINIMAL + "[admission]\naging_seconds = 6\n")
+    assert "are both set" in config_error(new_in_file)
+
+
+def test_a_renamed_key_is_warned_of_once_at_start(tmp_path: Path) -> None:
+    import structlog
+
+    config = load_config(config_file(tmp_path, MINIMAL + "[admission]\nwindow_seconds = 5\n"))
+    with structlog.testing.capture_logs() as logs:
+        log_renamed_keys(config)
+    assert [(log["log_level"], log["key"], log["new_key"]) for log in logs] == [
+        ("warning", "admission.window_seconds", "admission.aging_seconds")
+    ]
+    # Copies of the config (as summarize makes) keep what it was given.
+    assert config.model_copy(update={"metrics": config.metrics}).renamed_keys == RENAMED
+
+
+def test_check_config_warns_of_a_renamed_key_on_stderr(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    text = f'[engine]\nmodel = "{tiny_model}"\n[admission]\nwindow_seconds = 5\n'
+    path = config_file(tmp_path, text)
+    assert main(["check-config", str(path)]) == 0
+    captured = capsys.readouterr()
+    assert (
+        "docsumd: warning: admission.window_seconds is deprecated: it is now admission.aging_seconds\n"
+        in captured.err
+    )
+    assert json.loads(captured.out)["admission"]["aging_seconds"] == 5
+
+
+def test_a_second_rename_is_one_entry_of_the_table(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import daemon.config
+
+    table = {**daemon.config.RENAMED_KEYS, "service.drain_timeout": "service.drain_seconds"}
+    monkeypatch.setattr(daemon.config, "RENAMED_KEYS", table)
+    text = MINIMAL + "[admission]\nwindow_seconds = 5\n[service]\ndrain_timeout = 9\n"
+    config = load_config(config_file(tmp_path, text))
+    assert (config.admission.aging_seconds, config.service.drain_seconds) == (5, 9)
+    assert config.renamed_keys == {**RENAMED, "service.drain_timeout": "service.drain_seconds"}
 
 
 # -- invalid files ---------------------------------------------------------------------------------
@@ -166,7 +290,7 @@ def test_summary_tokens_at_half_of_the_context_is_allowed(tmp_path: Path) -> Non
     text = MINIMAL + "max_model_len = 1024\n[summary]\nmax_summary_tokens = 512\n"
     config = load_config(config_file(tmp_path, text))
     assert config.summary.max_summary_tokens == 512
-    assert config.summary.part_tokens(1024) == 170  # parts default to a sixth of the context here
+    assert part_summary_tokens(config.summary, 1024) == 170  # parts default to a sixth of the context here
 
 
 def test_part_summary_tokens_must_leave_room_for_several_parts(tmp_path: Path) -> None:
@@ -179,8 +303,8 @@ def test_admission_section_is_optional_and_typed(tmp_path: Path) -> None:
     config = load_config(config_file(tmp_path, MINIMAL))
     assert config.admission.enabled is True
     assert config.admission.max_inflight_tokens is None
-    text = MINIMAL + "[admission]\nenabled = false\nwindow_seconds = 5\n"
-    assert load_config(config_file(tmp_path, text)).admission.window_seconds == 5
+    text = MINIMAL + "[admission]\nenabled = false\naging_seconds = 5\n"
+    assert load_config(config_file(tmp_path, text)).admission.aging_seconds == 5
     message = config_error(config_file(tmp_path, MINIMAL + "[admission]\nmax_inflight_tokens = 10\n"))
     assert "admission.max_inflight_tokens" in message
 
@@ -338,7 +462,7 @@ def test_kafka_section_alone_is_a_source(tmp_path: Path) -> None:
     assert kafka is not None
     assert config.sources.folder is None
     assert (kafka.input_topics, kafka.group_id, kafka.max_buffered_messages) == (["docs"], "docsumd", 32)
-    assert kafka.client_options()["bootstrap_servers"] == "127.0.0.1:9092"
+    assert client_options(kafka)["bootstrap_servers"] == "127.0.0.1:9092"
 
 
 def test_kafka_and_folder_together(tmp_path: Path) -> None:
@@ -365,7 +489,18 @@ def test_kafka_sasl_password_is_not_shown(tmp_path: Path) -> None:
     assert "hunter2" not in config.model_dump_json()
     kafka = config.sources.kafka
     assert kafka is not None
-    assert kafka.client_options()["sasl_plain_password"] == "hunter2"
+    assert client_options(kafka)["sasl_plain_password"] == "hunter2"
+
+
+def test_kafka_ssl_gives_aiokafka_a_tls_context(tmp_path: Path) -> None:
+    import ssl
+
+    ssl_config = load_config(config_file(tmp_path, MINIMAL + KAFKA + 'security_protocol = "SSL"\n'))
+    plain_config = load_config(config_file(tmp_path, MINIMAL + KAFKA))
+    assert ssl_config.sources.kafka is not None
+    assert plain_config.sources.kafka is not None
+    assert isinstance(client_options(ssl_config.sources.kafka)["ssl_context"], ssl.SSLContext)
+    assert "ssl_context" not in client_options(plain_config.sources.kafka)
 
 
 def test_kafka_sasl_without_mechanism_is_a_config_error(tmp_path: Path) -> None:
@@ -432,7 +567,7 @@ def test_a_config_link_to_a_regular_file_is_read(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["fifo", "device", "huge", "folder"])
 def test_an_instruction_file_that_is_not_a_small_regular_file_is_refused(tmp_path: Path, kind: str) -> None:
-    from daemon.config import MAX_INSTRUCTION_FILE_BYTES
+    from daemon.summary.profiles import MAX_INSTRUCTION_FILE_BYTES
 
     target = tmp_path / "memo.txt"
     if kind == "fifo":
@@ -468,7 +603,7 @@ def test_deep_toml_nesting_is_a_config_error_exit_2(
         ("[service]", "drain_seconds = inf", "service.drain_seconds"),
         ("[service]", "stall_seconds = nan", "service.stall_seconds"),
         ("[service]", "status_interval_seconds = inf", "service.status_interval_seconds"),
-        ("[admission]", "window_seconds = inf", "admission.window_seconds"),
+        ("[admission]", "aging_seconds = inf", "admission.aging_seconds"),
         ("[summary]", "temperature = inf", "summary.temperature"),
         ("[summary]", "repetition_penalty = nan", "summary.repetition_penalty"),
         ("[engine]", "gpu_memory_utilization = nan", "engine.gpu_memory_utilization"),

@@ -1,7 +1,7 @@
 """Every name the file system allows, through the folder source and the per-document pipeline.
 
 A name is any bytes but NUL and ``/``, up to 255 of them. Each input must end with a result or a
-failure record that carries its exact name (reversibly, :func:`daemon.records.name_fields`), be moved
+failure record that carries its exact name (reversibly, :func:`daemon.fs.names.name_fields`), be moved
 to ``done/`` or ``failed/`` under its exact bytes unless that name is taken, and overwrite nothing that
 was there. The engine is the fake one; the tokenizer is the tiny model's.
 """

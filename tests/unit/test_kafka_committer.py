@@ -15,7 +15,7 @@ from aiokafka.errors import CommitFailedError, KafkaConnectionError
 from daemon.config import KafkaSourceConfig
 from daemon.errors import ProducerFencedError, SinkError
 from daemon.records import Headers
-from daemon.sinks.kafka import Output, RecordTooLargeError
+from daemon.sinks.kafka import Output, RecordTooLargeError, default_transactional_id
 from daemon.sources.kafka.committer import AtLeastOnceCommitter, TransactionalCommitter, committer_for
 from daemon.sources.kafka.offsets import OffsetBook, PartitionOffsets
 
@@ -34,12 +34,17 @@ class FakeConsumer:
 
 
 class FakeSink:
-    """Records sends and transactions; raises the queued transaction failures first."""
+    """Records sends, transactions and the transactional id asked for; raises the queued transaction
+    failures first."""
 
     def __init__(self) -> None:
+        self.transactional_id: str | None = None
         self.sent: list[Output] = []
         self.transactions: list[tuple[list[str], dict[str, int], str]] = []
         self.failures: list[BaseException] = []
+
+    def use_transactions(self, transactional_id: str) -> None:
+        self.transactional_id = transactional_id
 
     async def send(self, topic: str, key: str, value: bytes, headers: Headers) -> None:
         self.sent.append(Output(topic, key, value, headers))
@@ -76,12 +81,17 @@ def _config(**overrides: object) -> KafkaSourceConfig:
     return KafkaSourceConfig.model_validate(values)
 
 
-def test_the_strategy_is_chosen_from_the_config() -> None:
+def test_the_strategy_is_chosen_from_the_config_and_tells_the_sink_its_producer() -> None:
     book: OffsetBook[str] = OffsetBook()
-    plain = committer_for(_config(), book, FakeConsumer(), FakeSink())
+    plain_sink, exact_sink, named_sink = FakeSink(), FakeSink(), FakeSink()
+    plain = committer_for(_config(), book, FakeConsumer(), plain_sink)
     assert isinstance(plain, AtLeastOnceCommitter)
-    exact = committer_for(_config(exactly_once=True, max_pending_results=7), book, FakeConsumer(), FakeSink())
+    assert plain_sink.transactional_id is None  # a plain idempotent producer
+    exact = committer_for(_config(exactly_once=True, max_pending_results=7), book, FakeConsumer(), exact_sink)
     assert isinstance(exact, TransactionalCommitter)
+    assert exact_sink.transactional_id == default_transactional_id("g")
+    committer_for(_config(exactly_once=True, transactional_id="tx-1"), book, FakeConsumer(), named_sink)
+    assert named_sink.transactional_id == "tx-1"
 
 
 # -- at least once ------------------------------------------------------------------------------------

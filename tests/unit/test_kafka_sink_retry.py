@@ -7,7 +7,7 @@ restart under a running daemon, is tests/e2e/test_kafka_resilience.py.
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 from aiokafka.errors import (
@@ -180,3 +180,38 @@ async def test_a_stopped_sink_refuses_to_send() -> None:
     sink = ScriptedSink([FakeProducer("only", [])])
     with pytest.raises(SinkError, match="not running"):
         await sink.send("out", "k", b"v", [])
+
+
+class RecordingProducer:
+    """Stands in for AIOKafkaProducer: remembers the options it was made with."""
+
+    made: ClassVar[list[dict[str, Any]]] = []
+
+    def __init__(self, **options: Any) -> None:
+        RecordingProducer.made.append(options)
+
+    async def start(self) -> None:
+        pass
+
+    async def stop(self) -> None:
+        pass
+
+
+@pytest.mark.parametrize("transactional_id", [None, "tx-1"])
+async def test_the_producer_is_transactional_only_when_asked_before_it_starts(
+    monkeypatch: pytest.MonkeyPatch, transactional_id: str | None
+) -> None:
+    import aiokafka
+
+    monkeypatch.setattr(aiokafka, "AIOKafkaProducer", RecordingProducer)
+    RecordingProducer.made.clear()
+    sink = KafkaSink(CONFIG)
+    if transactional_id is not None:
+        sink.use_transactions(transactional_id)  # the transactional committer does, before start()
+    await sink.start()
+    try:
+        assert [options["transactional_id"] for options in RecordingProducer.made] == [transactional_id]
+        with pytest.raises(RuntimeError, match="before start"):
+            sink.use_transactions("too-late")
+    finally:
+        await sink.stop()

@@ -1,4 +1,4 @@
-"""Unit and property tests for daemon.fs.names (file-system names) and the name fields of daemon.records.
+"""Unit and property tests for daemon.fs.names: file-system names, and names as text and JSON fields.
 
 Names are generated as what Linux allows: any bytes but NUL and ``/``, 1 to 255 of them, handed to the
 functions the way Python hands them over (``os.fsdecode``: undecodable bytes as lone surrogates).
@@ -18,14 +18,16 @@ from daemon.fs.names import (
     MAX_NAME_BYTES,
     MAX_STEM_BYTES,
     byte_length,
+    display_name,
     first_free,
     is_utf8,
+    name_fields,
     numbered,
     record_stem,
     shortened,
     temp_name,
 )
-from daemon.records import display_name, encode_record, fallback_failure_record, name_fields
+from daemon.records import encode_record, fallback_failure_record
 
 NAME_BYTES = st.binary(min_size=1, max_size=MAX_NAME_BYTES).map(
     lambda raw: raw.replace(b"\x00", b"_").replace(b"/", b"_")

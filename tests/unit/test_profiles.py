@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from daemon.cli import describe_profiles, main
-from daemon.config import Config, EngineConfig, ProfileConfig, SummaryConfig, load_config, shipped_profiles
+from daemon.config import Config, EngineConfig, ProfileConfig, SummaryConfig, load_config
 from daemon.errors import ConfigError, DocumentError
 from daemon.summary.budget import ContextBudget
 from daemon.summary.options import parse_options
@@ -22,7 +22,12 @@ from daemon.summary.profiles import (
     Profiles,
     build_profiles,
     default_profiles,
+    effective_profiles,
     profile_version,
+    read_instruction_file,
+    resolve_profiles,
+    shipped_profiles,
+    source_profiles,
     summary_sampling,
 )
 from daemon.summary.prompts import (
@@ -120,14 +125,14 @@ def test_docsumd_ships_default_brief_abstract_and_bullets_each_with_a_descriptio
 
 
 def test_only_default_is_on_until_the_config_names_a_shipped_profile() -> None:
-    assert list(_config().effective_profiles()) == ["default"]
+    assert list(effective_profiles(_config())) == ["default"]
     config = _config(brief=ProfileConfig())
-    assert list(config.effective_profiles()) == ["default", "brief"]
-    assert config.effective_profiles()["brief"] == shipped_profiles()["brief"]
+    assert list(effective_profiles(config)) == ["default", "brief"]
+    assert effective_profiles(config)["brief"] == shipped_profiles()["brief"]
 
 
 def test_a_section_changes_only_the_keys_it_sets_of_a_shipped_profile() -> None:
-    brief = _config(brief=ProfileConfig(temperature=0.1)).effective_profiles()["brief"]
+    brief = effective_profiles(_config(brief=ProfileConfig(temperature=0.1)))["brief"]
     shipped = shipped_profiles()["brief"]
     assert brief.temperature == 0.1
     assert (brief.instruction, brief.style, brief.part_instruction) == (
@@ -142,10 +147,10 @@ def test_an_instruction_file_replaces_a_shipped_instruction(tmp_path: Path) -> N
     path = config_file(
         tmp_path, _engine() + FOLDER + '[profiles.brief]\ninstruction_file = "brief.txt"\n'
     )  # relative to the config file
-    brief = load_config(path).effective_profiles()["brief"]
+    brief = effective_profiles(load_config(path))["brief"]
     assert brief.instruction is None
     assert brief.instruction_file == tmp_path / "brief.txt"
-    assert brief.instruction_text() == "Write a brief."
+    assert read_instruction_file(brief.instruction_file) == "Write a brief."
 
 
 def test_every_shipped_profile_has_a_budget_at_the_default_context(tokenizer: Any) -> None:
@@ -155,6 +160,42 @@ def test_every_shipped_profile_has_a_budget_at_the_default_context(tokenizer: An
     # A longer instruction leaves less room for the text of a part.
     rooms = {profile.name: profile.budget.part_input_tokens for profile in profiles}
     assert rooms["brief"] < rooms["default"]
+
+
+def test_profiles_resolve_without_a_tokenizer_as_they_are_built_with_one(tokenizer: Any) -> None:
+    config = _config(brief=ProfileConfig(temperature=0.1), abstract=ProfileConfig(max_summary_tokens=100))
+    specs = resolve_profiles(config)
+    built = build_profiles(config, tokenizer)
+    assert [spec.name for spec in specs] == built.names == ["default", "brief", "abstract"]
+    for spec in specs:
+        profile = built.get(spec.name)
+        assert (spec.version, spec.summary, spec.instructions) == (
+            profile.version,
+            profile.summary,
+            profile.instructions,
+        )
+    assert [spec.summary_key for spec in specs] == [
+        "summary.max_summary_tokens",
+        "summary.max_summary_tokens",
+        "profiles.abstract.max_summary_tokens",
+    ]
+
+
+def test_profile_checks_run_on_configs_built_in_code_too(tokenizer: Any) -> None:
+    # Not only load_config's callers: build_profiles checks before the engine starts.
+    config = Config(
+        engine=EngineConfig(model="unused", max_model_len=2048),
+        summary=SummaryConfig(max_summary_tokens=64, profile="legal"),
+    )
+    with pytest.raises(
+        ConfigError, match=r"^summary\.profile: unknown profile 'legal' \(profiles: default\)$"
+    ):
+        build_profiles(config, tokenizer)
+    too_long = _config(memo=ProfileConfig(max_summary_tokens=1025))
+    with pytest.raises(
+        ConfigError, match=r"^profiles\.memo\.max_summary_tokens \(1025\) must be at most half"
+    ):
+        build_profiles(too_long, tokenizer)
 
 
 # -- prefixes: each profile's own, stable, shared by its requests -----------------------------------
@@ -295,7 +336,7 @@ def test_the_folder_and_each_kafka_topic_name_their_profile(tmp_path: Path) -> N
         + "[profiles.brief]\n[profiles.abstract]\n[profiles.bullets]\n",
     )
     config = load_config(path)
-    assert config.source_profiles() == {
+    assert source_profiles(config) == {
         "sources.folder": "abstract",
         "sources.kafka topic 'contracts'": "brief",
         "sources.kafka topic 'papers'": "bullets",
@@ -308,7 +349,7 @@ def test_the_folder_and_each_kafka_topic_name_their_profile(tmp_path: Path) -> N
 
 def test_sources_without_a_profile_use_summary_profile(tmp_path: Path) -> None:
     config = load_config(config_file(tmp_path, _engine() + FOLDER + KAFKA))
-    assert set(config.source_profiles().values()) == {"default"}
+    assert set(source_profiles(config).values()) == {"default"}
     assert config.sources.folder is not None
     assert config.sources.folder.profile is None
 
@@ -345,7 +386,7 @@ def test_a_missing_instruction_file_names_its_key(tmp_path: Path) -> None:
     message = config_error(
         config_file(tmp_path, _engine() + FOLDER + '[profiles.memo]\ninstruction_file = "memo.txt"\n')
     )
-    assert "profiles.memo.instruction_file: Value error, instruction file" in message
+    assert "profiles.memo.instruction_file: instruction file" in message
     assert "does not exist" in message
 
 
@@ -433,7 +474,7 @@ def test_profiles_can_be_changed_from_the_environment(
 ) -> None:
     monkeypatch.setenv("DOCSUMD_PROFILES__BRIEF__TEMPERATURE", "0.05")
     config = load_config(config_file(tmp_path, _engine() + FOLDER + "[profiles.brief]\n"))
-    assert config.effective_profiles()["brief"].temperature == 0.05
+    assert effective_profiles(config)["brief"].temperature == 0.05
 
 
 # -- the command line ------------------------------------------------------------------------------

@@ -10,6 +10,8 @@ that reads ``exactly_once``); the source hands each finished output to it and as
 * :class:`TransactionalCommitter` (``exactly_once = true``): outputs are held
   (:mod:`daemon.sources.kafka.held`) and each commit writes those below the new commit points together
   with the offsets in one Kafka transaction (:meth:`daemon.sinks.kafka.KafkaSink.write_transaction`).
+  :func:`committer_for` makes the sink's producer transactional for it, before the sink starts
+  (``transactional_id``, by default :func:`~daemon.sinks.kafka.default_transactional_id`).
 
 Both commit every owned partition's new commit point (:mod:`daemon.sources.kafka.offsets`) and never
 commit a partition again after it was revoked. An output the broker refuses as too large
@@ -38,7 +40,7 @@ from daemon.errors import ProducerFencedError, SinkError
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import KAFKA_COMMITS, KAFKA_PENDING_RESULTS, KAFKA_REFUSED_RECORDS
 from daemon.records import Headers
-from daemon.sinks.kafka import Output, RecordTooLargeError
+from daemon.sinks.kafka import Output, RecordTooLargeError, default_transactional_id
 from daemon.sources.kafka.held import Held, HeldOutputs
 from daemon.sources.kafka.offsets import OffsetBook, PartitionOffsets
 
@@ -66,7 +68,12 @@ class OutputSender(Protocol):
 
 
 class TransactionWriter(Protocol):
-    """What the transactional committer needs of the sink: outputs and offsets in one transaction."""
+    """What the transactional committer needs of the sink: a transactional producer, and outputs and
+    offsets in one transaction."""
+
+    def use_transactions(self, transactional_id: str) -> None:
+        """Make the producer transactional under ``transactional_id`` (called before the sink starts)."""
+        ...
 
     async def write_transaction(
         self, outputs: Sequence[Output], offsets: Mapping[Any, int], group_id: str
@@ -84,8 +91,10 @@ class OutputSink(OutputSender, TransactionWriter, Protocol):
 def committer_for(
     config: KafkaSourceConfig, book: OffsetBook[P], consumer: OffsetCommitter[P], sink: OutputSink
 ) -> Committer[P]:
-    """The commit strategy ``config`` asks for: the one place that reads ``exactly_once``."""
+    """The commit strategy ``config`` asks for: the one place that reads ``exactly_once``. Called
+    before ``sink`` starts: the transactional one makes the sink's producer transactional."""
     if config.exactly_once:
+        sink.use_transactions(config.transactional_id or default_transactional_id(config.group_id))
         return TransactionalCommitter(
             book, sink, group_id=config.group_id, max_pending_results=config.max_pending_results
         )

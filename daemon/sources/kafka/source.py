@@ -22,6 +22,7 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 
 from daemon.config import KafkaSourceConfig
+from daemon.kafka_client import client_options
 from daemon.lifecycle import Lifecycle
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import KAFKA_BUFFERED, KAFKA_BUFFERED_BYTES, KAFKA_LAG, KAFKA_PAUSED_PARTITIONS
@@ -141,11 +142,16 @@ class KafkaSource(Lifecycle):
         """Start the producer, join the consumer group, and start fetching, committing and the lag metric."""
         if self.started:
             return
-        await self.sink.start()
         consumer = self._new_consumer()
-        # Chosen once: from here on the source never asks which delivery guarantee it gives. Set
-        # before the consumer starts, as the rebalance listener may run from then on.
+        # Chosen once: from here on the source never asks which delivery guarantee it gives. Chosen
+        # before the sink starts (it decides whether the producer is transactional) and before the
+        # consumer starts (the rebalance listener may run from then on).
         committer = self._committer = committer_for(self.config, self._book, consumer, self.sink)
+        try:
+            await self.sink.start()
+        except BaseException:
+            await consumer.stop()  # never started: only its client to close (no "unclosed" warning)
+            raise
         try:
             await consumer.start()
         except BaseException:
@@ -170,7 +176,7 @@ class KafkaSource(Lifecycle):
         config = self.config
         install_tolerant_decoding()  # one undecodable record must not stop the consumer for good
         consumer = AIOKafkaConsumer(
-            **config.client_options(),
+            **client_options(config),
             group_id=config.group_id,
             enable_auto_commit=False,
             auto_offset_reset=config.auto_offset_reset,

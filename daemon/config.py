@@ -22,7 +22,7 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Annotated, Any, Final, Literal, Self
+from typing import Any, Final, Literal, Self
 
 from pydantic import (
     BaseModel,
@@ -31,7 +31,6 @@ from pydantic import (
     ModelWrapValidatorHandler,
     PrivateAttr,
     SecretStr,
-    StringConstraints,
     ValidationError,
     model_validator,
 )
@@ -39,6 +38,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from daemon.errors import ConfigError
 from daemon.fs.safe_read import NotRegularFileError, read_bounded
+from daemon.typing import DEFAULT_PROFILE, ProfileName, StopString, Strategy, Style
 
 ENV_PREFIX = "DOCSUMD_"
 MAX_CONFIG_BYTES: Final = 1 << 20
@@ -116,14 +116,6 @@ class EngineConfig(_Section):
     def model_name(self) -> str:
         """The name results carry: served_model_name, else the last part of the model path or id."""
         return self.served_model_name or Path(self.model.rstrip("/")).name
-
-
-Style = Literal["prose", "bullets"]
-Strategy = Literal["map_reduce", "head", "head_tail"]
-ProfileName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
-"""A profile's name: lower-case letters, digits, ``-`` and ``_``, at most 32 (it is a metric label)."""
-DEFAULT_PROFILE: Final = "default"
-StopString = Annotated[str, StringConstraints(min_length=1)]
 
 
 class SummaryConfig(_Section):

@@ -63,7 +63,7 @@ from pathlib import Path
 from stat import S_ISREG
 from typing import Final, TypeVar
 
-from daemon.config import DEFAULT_PROFILE, FolderSourceConfig
+from daemon.config import FolderSourceConfig
 from daemon.errors import DocumentError, SinkError
 from daemon.fs.blocking_io import BlockingIO, file_io
 from daemon.fs.dirs import Dir
@@ -82,6 +82,7 @@ from daemon.sources.inbox_names import (
     is_candidate_name,
     sidecar_names,
 )
+from daemon.typing import DEFAULT_PROFILE
 from daemon.work import WorkItem
 
 __all__ = [

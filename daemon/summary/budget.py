@@ -50,7 +50,8 @@ from daemon.summary.prompts import (
 )
 
 if TYPE_CHECKING:
-    from daemon.config import Style, SummaryConfig
+    from daemon.config import SummaryConfig
+    from daemon.typing import Style
 
 LABEL_TOKENS: Final = 16
 """Room for a combine entry's "[Part N]" label and separator."""

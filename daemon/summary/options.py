@@ -20,9 +20,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from daemon.config import ProfileName, Strategy, Style
 from daemon.errors import DocumentError
 from daemon.records import clip_text
+from daemon.typing import ProfileName, Strategy, Style
 
 _QUOTED_BYTES = 64
 """How much of a field name from the input a problem quotes (a name can be megabytes long)."""

@@ -45,11 +45,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 
-from daemon.config import DEFAULT_PROFILE, Config, ProfileConfig, SummaryConfig, read_config_file
+from daemon.config import Config, ProfileConfig, SummaryConfig, read_config_file
 from daemon.contracts import Sampling
 from daemon.errors import ConfigError, DocumentError
 from daemon.summary.budget import ContextBudget, check_summary_lengths
 from daemon.summary.prompts import DEFAULT_INSTRUCTIONS, ChatTokenizer, Instructions, PromptBuilder
+from daemon.typing import DEFAULT_PROFILE
 
 VERSION_DIGITS: Final = 12
 MAX_INSTRUCTION_FILE_BYTES: Final = 256 << 10

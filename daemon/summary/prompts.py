@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:  # only a type here
-    from daemon.config import Style
+    from daemon.typing import Style
 
 PROMPT_VERSION: Final = "summary-v2"
 

@@ -14,11 +14,12 @@ from typing import Any
 
 import pytest
 
-from daemon.config import Config, EngineConfig, Style, SummaryConfig
+from daemon.config import Config, EngineConfig, SummaryConfig
 from daemon.errors import ConfigError, DocumentError
 from daemon.summary.budget import ContextBudget, check_lengths, check_summary_lengths, part_summary_tokens
 from daemon.summary.profiles import build_profiles
 from daemon.summary.prompts import PromptBuilder, PromptKind
+from daemon.typing import Style
 
 
 def make_budget(tokenizer: Any, context_tokens: int, **summary: Any) -> ContextBudget:

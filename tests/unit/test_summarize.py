@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from daemon.config import Config, EngineConfig, ProfileConfig, Style, SummaryConfig
+from daemon.config import Config, EngineConfig, ProfileConfig, SummaryConfig
 from daemon.document.decode import Document, sha256_hex
 from daemon.engine.admission import Admission, AdmissionLimits, SlotHandle
 from daemon.errors import DocumentError, RequestError
@@ -26,6 +26,7 @@ from daemon.summary.options import SummaryOptions
 from daemon.summary.profiles import build_profiles, default_profiles
 from daemon.summary.prompts import SYSTEM_INSTRUCTION, PromptKind
 from daemon.summary.summarizer import Summarizer, _gather, _group
+from daemon.typing import Style
 from tests.fakes import Call, FakeEngine
 
 REPLY = "part summary words "  # 3 tokens per repetition with the tiny tokenizer

@@ -1,0 +1,22 @@
+"""docsumd's vocabulary: the names the schema, a document's options and the summary stage share.
+
+A leaf (it imports nothing of docsumd), so :mod:`daemon.config` and :mod:`daemon.summary` can both
+name these types without importing one another (structlog keeps its vocabulary the same way).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Final, Literal
+
+from pydantic import StringConstraints
+
+Style = Literal["prose", "bullets"]
+"""How a summary is written: ``prose`` paragraphs or ``bullets`` (a list of points)."""
+Strategy = Literal["map_reduce", "head", "head_tail"]
+"""What happens to a document longer than the context: summarized in stages, or cut (and said so)."""
+ProfileName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
+"""A profile's name: lower-case letters, digits, ``-`` and ``_``, at most 32 (it is a metric label)."""
+DEFAULT_PROFILE: Final = "default"
+"""The profile a document gets when nothing names one."""
+StopString = Annotated[str, StringConstraints(min_length=1)]
+"""A stop string: generation ends before it (empty strings would end every generation at once)."""

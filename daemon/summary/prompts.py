@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 if TYPE_CHECKING:  # only a type here
     from daemon.typing import Style
 
-PROMPT_VERSION: Final = "summary-v2"
+PROMPT_VERSION: Final = "summary-v3"
 
 SYSTEM_INSTRUCTION: Final = (
     "You are a careful analyst who summarizes long documents: contracts, legal texts, scientific papers "
@@ -51,8 +51,8 @@ PART_INSTRUCTION: Final = (
     "be combined later."
 )
 COMBINE_INSTRUCTION: Final = (
-    "The following are summaries of consecutive parts of one long document, in order. Combine them "
-    "into one summary of the whole document, without repeating points."
+    "The following are notes on consecutive parts of one long document, in order. Write one summary "
+    "of the whole document from them, without repeating points."
 )
 
 
@@ -77,8 +77,8 @@ class Instructions:
 
 DEFAULT_INSTRUCTIONS: Final = Instructions()
 _STYLE_HINTS: Final[dict[str, str]] = {
-    "prose": "Write the summary as plain prose paragraphs.",
-    "bullets": "Write the summary as a list of bullet points, one point per line, each starting with '- '.",
+    "prose": "Write plain sentences, without headings or lists.",
+    "bullets": "Write a list of bullet points, one point per line, each starting with '- '.",
 }
 # Used only for models without a chat template (base models).
 _PLAIN_TEMPLATE: Final = "{system}\n\n{user}\n\nSummary:\n"
@@ -113,9 +113,12 @@ class PromptTemplate:
 
 
 def length_hint(max_tokens: int) -> str:
-    """The length asked for, in words (about 0.75 words per token), so the model ends on its own."""
-    words = max(20, round(max_tokens * 0.7 / 10) * 10)
-    return f"Use at most about {words} words."
+    """The length asked for, in words, so that the model ends on its own within ``max_tokens``.
+
+    English runs about 0.75 words per token, but models overrun what they are asked for (SmolLM2-135M
+    ran out of tokens in 17 of 23 summaries when asked for 0.7 words per token), so half of that."""
+    words = max(20, round(max_tokens * 0.5 / 10) * 10)
+    return f"Use at most about {words} words. Write only the summary."
 
 
 def user_message(

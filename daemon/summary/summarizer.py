@@ -41,6 +41,7 @@ from daemon.summary.chunking import TokenizedText, head_ids, head_tail_ids, spli
 from daemon.summary.options import NO_OPTIONS, SummaryOptions
 from daemon.summary.profiles import Profile, Profiles
 from daemon.summary.prompts import PROMPT_VERSION, ChatTokenizer, PromptKind
+from daemon.summary.tidy import tidy
 
 T = TypeVar("T")
 
@@ -127,7 +128,7 @@ class _DocumentRun:
     ) -> Summary:
         """The document's summary from its final request and the counters."""
         return Summary(
-            text=final.text.strip(),
+            text=tidy(final.text),
             strategy=strategy,
             style=plan.style,
             max_summary_tokens=plan.max_tokens,
@@ -299,9 +300,10 @@ class Summarizer:
         )
 
     def _entry(self, index: int, text: str, limit: int) -> list[int]:
-        """One summary as combine input: a label, then the text (cut to ``limit``, what was asked of it:
-        decoding and encoding again can come out a few tokens longer)."""
-        body = self.encode(text.strip())[:limit]
+        """One summary as combine input: a label, then the text without its chat frame (:func:`tidy`),
+        cut to ``limit``, what was asked of it: decoding and encoding again can come out a few tokens
+        longer."""
+        body = self.encode(tidy(text))[:limit]
         return [*self.encode(f"[Part {index}]\n"), *body, *self.encode("\n\n")]
 
 

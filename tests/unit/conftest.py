@@ -1,11 +1,16 @@
-"""Fixtures of the unit tests: the tiny model's tokenizer, a clean environment (see tests/conftest.py)."""
+"""Fixtures of the unit tests: the tiny model's tokenizer, a clean environment, the structlog events a
+test logged (see tests/conftest.py; the doubles are in tests/doubles/)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.typing import EventDict
+
+from tests.doubles.logs import captured_logs
 
 
 @pytest.fixture(autouse=True)
@@ -24,3 +29,12 @@ def tokenizer(tiny_model: Path) -> Any:
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(tiny_model))
+
+
+@pytest.fixture
+def logs() -> Iterator[list[EventDict]]:
+    """Every structlog event the test logs, at every level, as ``structlog.testing.capture_logs``
+    records them, whatever logging configuration earlier tests in this process left
+    (:func:`tests.doubles.logs.captured_logs`); nothing is printed meanwhile."""
+    with captured_logs() as entries:
+        yield entries

@@ -1,9 +1,10 @@
 """daemon.engine.admission.Admission: bounds, order, prefill queue, light waves, aging, cancellation.
 
-No engine and no fakes: requests are plain tasks holding ``Admission.slot`` until the test releases them,
-and the test says when a request's prefill is done. Everything is driven by events and
-``asyncio.sleep(0)`` steps, never by wall-clock timing; arrival times are passed explicitly and the
-clock is the test's own, so the order does not depend on how fast the machine is.
+No engine: requests are plain tasks holding ``Admission.slot`` until the test releases them
+(:class:`tests.doubles.admission.Request`), and the test says when a request's prefill is done.
+Everything is driven by events and ``asyncio.sleep(0)`` steps, never by wall-clock timing; arrival
+times are passed explicitly and the clock is the test's own (:class:`tests.doubles.clock.FakeClock`),
+so the order does not depend on how fast the machine is.
 """
 
 from __future__ import annotations
@@ -20,26 +21,16 @@ from daemon.engine.admission import (
     AdmissionControl,
     AdmissionLimits,
     FifoAdmission,
-    SlotHandle,
     admission_for,
     admission_for_engine,
     admission_limits,
 )
+from tests.doubles.admission import WAIT, Request
+from tests.doubles.clock import FakeClock
 
 LIGHT = 100  # prompt tokens of a light request (light_prompt_tokens below)
 HEAVY = 1000
 AGING = 10.0
-WAIT = 5.0  # bound on anything that should happen at once: a broken admission fails instead of hanging
-
-
-class Clock:
-    """The admission's clock, moved by the test."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def make_limits(*, max_requests: int = 100, max_tokens: int = 1_000_000, **limits: Any) -> AdmissionLimits:
@@ -48,60 +39,20 @@ def make_limits(*, max_requests: int = 100, max_tokens: int = 1_000_000, **limit
     return AdmissionLimits(max_requests=max_requests, max_tokens=max_tokens, **settings)
 
 
-def make_admission(*, clock: Clock | None = None, **limits: Any) -> Admission:
+def make_admission(*, clock: FakeClock | None = None, **limits: Any) -> Admission:
     """Admission on, with :func:`make_limits`."""
-    return Admission(make_limits(**limits), clock=clock or Clock())
+    return Admission(make_limits(**limits), clock=clock or FakeClock())
 
 
 def make_fifo(**limits: Any) -> FifoAdmission:
     """Admission off (the FIFO pass-through), with :func:`make_limits`."""
-    return FifoAdmission(make_limits(**limits), clock=Clock())
+    return FifoAdmission(make_limits(**limits), clock=FakeClock())
 
 
 async def settle(steps: int = 20) -> None:
     """Let every runnable task run until it blocks (a few event-loop turns)."""
     for _ in range(steps):
         await asyncio.sleep(0)
-
-
-class Request:
-    """A task that waits for a slot, records its admission, and holds the slot until released."""
-
-    def __init__(
-        self,
-        admission: AdmissionControl,
-        name: str,
-        cost: int,
-        log: list[str],
-        *,
-        hold: bool = True,
-        **slot_kwargs: Any,
-    ) -> None:
-        self.name = name
-        self.admitted = asyncio.Event()
-        self.handle: SlotHandle | None = None
-        self._release = asyncio.Event()
-        if not hold:
-            self._release.set()
-        self._log = log
-        self.task = asyncio.create_task(self._run(admission, cost, slot_kwargs), name=name)
-
-    async def _run(self, admission: AdmissionControl, cost: int, slot_kwargs: dict[str, Any]) -> None:
-        async with admission.slot(cost, **slot_kwargs) as handle:
-            self.handle = handle
-            self._log.append(self.name)
-            self.admitted.set()
-            await self._release.wait()
-
-    def prefilled(self) -> None:
-        """The engine has prefilled this request's prompt."""
-        assert self.handle is not None, f"{self.name} was not admitted"
-        self.handle.prefill_done()
-
-    async def release(self) -> None:
-        """Let the request finish and wait until it has given its slot back."""
-        self._release.set()
-        await asyncio.wait_for(self.task, WAIT)
 
 
 def light(admission: AdmissionControl, name: str, log: list[str], **kwargs: Any) -> Request:
@@ -303,7 +254,7 @@ async def test_equal_keys_are_served_in_submission_order() -> None:
 
 
 async def test_heavy_request_that_aged_goes_before_later_light_ones() -> None:
-    clock = Clock()
+    clock = FakeClock()
     admission = make_admission(max_requests=1, clock=clock)
     log: list[str] = []
     blocker = Request(admission, "blocker", 1, log)
@@ -469,7 +420,7 @@ async def test_combine_steps_join_a_wave_but_do_not_make_one() -> None:
 
 
 async def test_waves_are_counted_with_their_seconds() -> None:
-    clock = Clock()
+    clock = FakeClock()
     admission = make_admission(wave_min_requests=2, clock=clock)
     waves = REGISTRY.get_sample_value("docsumd_admission_light_waves_total") or 0.0
     seconds = REGISTRY.get_sample_value("docsumd_admission_light_wave_seconds_total") or 0.0
@@ -563,7 +514,7 @@ async def test_a_wave_stays_within_the_bounds() -> None:
 
 
 async def test_an_aged_heavy_request_enters_beside_a_decoding_wave_without_any_other_event() -> None:
-    clock = Clock()
+    clock = FakeClock()
     admission = make_admission(wave_min_requests=2, aging_seconds=0.05, clock=clock)
     log: list[str] = []
     wave = [light(admission, f"light{n}", log, arrived_at=0.0) for n in range(2)]

@@ -13,7 +13,7 @@ from daemon.engine.byte_budget import ByteBudget
 from daemon.service import Service
 from daemon.sinks.folder import FolderSink
 from daemon.sources.files import FilesSource
-from tests.fakes import FakeEngine
+from tests.doubles.engine import FakeEngine
 
 
 async def _hold_until(

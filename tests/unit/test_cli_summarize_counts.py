@@ -13,7 +13,7 @@ import pytest
 
 from daemon import cli
 from daemon.config import Config, EngineConfig, MetricsConfig, ServiceConfig, SummaryConfig
-from tests.fakes import FakeEngine
+from tests.doubles.engine import FakeEngine
 
 
 @pytest.mark.parametrize("progress", [True, False], ids=["bar", "no-progress"])

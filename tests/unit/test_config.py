@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from structlog.typing import EventDict
 
 from daemon.cli import log_renamed_keys, main
 from daemon.config import Config, load_config
@@ -187,12 +188,9 @@ def test_a_renamed_key_set_under_both_names_is_a_config_error(
     assert "are both set" in config_error(new_in_file)
 
 
-def test_a_renamed_key_is_warned_of_once_at_start(tmp_path: Path) -> None:
-    import structlog
-
+def test_a_renamed_key_is_warned_of_once_at_start(tmp_path: Path, logs: list[EventDict]) -> None:
     config = load_config(config_file(tmp_path, MINIMAL + "[admission]\nwindow_seconds = 5\n"))
-    with structlog.testing.capture_logs() as logs:
-        log_renamed_keys(config)
+    log_renamed_keys(config)
     assert [(log["log_level"], log["key"], log["new_key"]) for log in logs] == [
         ("warning", "admission.window_seconds", "admission.aging_seconds")
     ]

@@ -21,6 +21,7 @@ from daemon.engine.vllm_engine import (
     engine_args,
 )
 from daemon.errors import ConfigError, EngineDeadError
+from tests.doubles.engine import FakeAsyncLLM
 
 
 async def test_missing_model_folder_is_a_config_error(tmp_path: Path) -> None:
@@ -107,15 +108,6 @@ def test_processes_started_while_building_the_engine_leave_sigint_to_the_main_pr
     assert signal.SIGINT not in seen["after"]  # the building thread's mask is restored
 
 
-class _Capture(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
 def _log_output_handler_failure() -> None:
     vllm_logger = logging.getLogger("vllm.v1.engine.async_llm")
     try:
@@ -124,21 +116,19 @@ def _log_output_handler_failure() -> None:
         vllm_logger.exception("AsyncLLM output_handler failed.")
 
 
-def test_output_handler_failure_is_info_only_during_a_deliberate_stop() -> None:
-    capture = _Capture()
+def test_output_handler_failure_is_info_only_during_a_deliberate_stop(
+    caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # vLLM's own logging setup, once it has run in this process, stops its records at the "vllm"
+    # logger; the daemon's configure_logging lets them through to the root (where caplog listens).
+    monkeypatch.setattr(logging.getLogger("vllm"), "propagate", True)
     vllm_logger = logging.getLogger("vllm.v1.engine.async_llm")
-    vllm_logger.addHandler(capture)
-    old_level = vllm_logger.level
-    vllm_logger.setLevel(logging.DEBUG)
-    try:
-        with _deliberate_shutdown_logged_as_info():
-            _log_output_handler_failure()
-            vllm_logger.error("some other vLLM error")  # only that one record is downgraded
-        _log_output_handler_failure()  # a real death, outside a stop
-    finally:
-        vllm_logger.removeHandler(capture)
-        vllm_logger.setLevel(old_level)
-    during, other, real = capture.records
+    caplog.set_level(logging.DEBUG, logger=vllm_logger.name)
+    with _deliberate_shutdown_logged_as_info():
+        _log_output_handler_failure()
+        vllm_logger.error("some other vLLM error")  # only that one record is downgraded
+    _log_output_handler_failure()  # a real death, outside a stop
+    during, other, real = [record for record in caplog.records if record.name == vllm_logger.name]
     assert (during.levelno, during.exc_info) == (logging.INFO, None)
     assert "deliberate stop" in during.getMessage()
     assert "EngineCore exited" in during.getMessage()
@@ -147,28 +137,9 @@ def test_output_handler_failure_is_info_only_during_a_deliberate_stop() -> None:
     assert real.exc_info is not None
 
 
-class _FakeLLM:
-    """Records the order in which Engine.stop touches vLLM's AsyncLLM."""
-
-    def __init__(self) -> None:
-        self.events: list[str] = []
-        self.output_handler = asyncio.create_task(self._handle_outputs())
-        self.errored = False
-
-    async def _handle_outputs(self) -> None:
-        try:
-            await asyncio.Event().wait()
-        except asyncio.CancelledError:
-            self.events.append("output handler cancelled")
-            raise
-
-    def shutdown(self) -> None:
-        self.events.append("shutdown")
-
-
 async def test_stop_cancels_the_output_handler_before_shutting_the_engine_down(tmp_path: Path) -> None:
     engine = Engine(EngineConfig(model=str(tmp_path)))
-    llm = _FakeLLM()
+    llm = FakeAsyncLLM()
     await asyncio.sleep(0)
     engine._llm = llm
     await engine.stop()

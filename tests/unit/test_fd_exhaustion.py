@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.typing import EventDict
 
 from daemon.document import decode as documents
 from daemon.document.decode import read_input_file
@@ -25,36 +26,32 @@ from daemon.ops import fd_exhaustion
 from daemon.ops.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
 from daemon.ops.throttle import LogThrottle
 from daemon.sinks import folder as folder_sink_module
-from tests.unit.test_folder_source import Collector, make_config, make_source, write_old
+from tests.doubles.clock import FakeClock
+from tests.doubles.sources import WAIT, Collector
+from tests.unit.test_folder_source import make_config, make_source, write_old
 
-WAIT = 10.0
 EMFILE = OSError(errno.EMFILE, "Too many open files")
 
 
-class Recorder:
-    """Stands in for a module's structlog logger: keeps (level, event, fields)."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[str, str, dict[str, Any]]] = []
-
-    def __getattr__(self, level: str) -> Any:
-        return lambda event, **fields: self.records.append((level, event, fields))
-
-    def warnings(self, where: str) -> list[dict[str, Any]]:
-        return [
-            fields for level, _, fields in self.records if level == "warning" and fields.get("where") == where
-        ]
-
-
 @pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch) -> Recorder:
-    """fd_exhaustion's log, recorded; and a fresh throttle per place, so tests do not share one."""
-    recorder = Recorder()
-    monkeypatch.setattr(fd_exhaustion, "log", recorder)
+def recorded(logs: list[EventDict], monkeypatch: pytest.MonkeyPatch) -> list[EventDict]:
+    """fd_exhaustion's log events, captured; and a fresh throttle per place, so tests do not share one."""
     monkeypatch.setattr(fd_exhaustion, "_throttles", {})
     monkeypatch.setattr(fd_exhaustion, "RETRY_FIRST_SECONDS", 0.01)
     monkeypatch.setattr(fd_exhaustion, "RETRY_MAX_SECONDS", 0.05)
-    return recorder
+    return logs
+
+
+def events(logs: list[EventDict]) -> list[EventDict]:
+    """The events fd_exhaustion logged, at any level."""
+    return [entry for entry in logs if entry["logger"] == fd_exhaustion.__name__]
+
+
+def warnings_about(logs: list[EventDict], where: str) -> list[EventDict]:
+    """fd_exhaustion's warnings about ``where``."""
+    return [
+        entry for entry in events(logs) if entry["log_level"] == "warning" and entry.get("where") == where
+    ]
 
 
 def failing(times: int, result: Any = "ok", error: OSError = EMFILE) -> Callable[[], Any]:
@@ -74,26 +71,26 @@ def failing(times: int, result: Any = "ok", error: OSError = EMFILE) -> Callable
 
 
 def test_throttle_lets_one_through_per_interval_and_counts_the_rest() -> None:
-    now = [0.0]
-    throttle = LogThrottle(30.0, clock=lambda: now[0])
+    clock = FakeClock()
+    throttle = LogThrottle(30.0, clock=clock)
     assert throttle.pass_through() == 0
     for _ in range(999):
-        now[0] += 0.01
+        clock.advance(0.01)
         assert throttle.pass_through() is None
-    now[0] = 30.0
+    clock.now = 30.0
     assert throttle.pass_through() == 999
     assert throttle.pass_through() is None
     assert throttle.total == 1002
 
 
-def test_a_thousand_occurrences_make_one_warning(recorded: Recorder) -> None:
+def test_a_thousand_occurrences_make_one_warning(recorded: list[EventDict]) -> None:
     for _ in range(1000):
         note_fd_exhaustion("inbox rescan", EMFILE)
-    warnings = recorded.warnings("inbox rescan")
+    warnings = warnings_about(recorded, "inbox rescan")
     assert len(warnings) == 1
     assert warnings[0]["open_files_limit"] > 0
     note_fd_exhaustion("writing a record", EMFILE)  # each place has its own throttle
-    assert len(recorded.warnings("writing a record")) == 1
+    assert len(warnings_about(recorded, "writing a record")) == 1
 
 
 @pytest.mark.parametrize(
@@ -113,18 +110,18 @@ def test_is_fd_exhaustion(error: BaseException, expected: bool) -> None:
 # -- retry -----------------------------------------------------------------------------------------
 
 
-async def test_retry_waits_out_exhaustion_and_logs_once(recorded: Recorder) -> None:
+async def test_retry_waits_out_exhaustion_and_logs_once(recorded: list[EventDict]) -> None:
     assert await retry_on_fd_exhaustion(failing(20), where="x") == "ok"
-    assert len(recorded.warnings("x")) == 1
+    assert len(warnings_about(recorded, "x")) == 1
 
 
-async def test_retry_raises_other_errors_at_once(recorded: Recorder) -> None:
+async def test_retry_raises_other_errors_at_once(recorded: list[EventDict]) -> None:
     with pytest.raises(PermissionError):
         await retry_on_fd_exhaustion(failing(1, error=PermissionError(errno.EACCES, "no")), where="x")
-    assert recorded.records == []
+    assert events(recorded) == []
 
 
-async def test_retry_is_cancellable_while_waiting(recorded: Recorder) -> None:
+async def test_retry_is_cancellable_while_waiting(recorded: list[EventDict]) -> None:
     task = asyncio.create_task(retry_on_fd_exhaustion(failing(10**9), where="x"))
     await asyncio.sleep(0.2)
     task.cancel()
@@ -136,7 +133,7 @@ async def test_retry_is_cancellable_while_waiting(recorded: Recorder) -> None:
 
 
 async def test_reading_an_input_out_of_descriptors_is_retried_not_failed(
-    tmp_path: Path, recorded: Recorder, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, recorded: list[EventDict], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = tmp_path / "doc.txt"
     path.write_bytes(b"hello")
@@ -151,7 +148,7 @@ async def test_reading_an_input_out_of_descriptors_is_retried_not_failed(
 
     monkeypatch.setattr(documents, "_read_input_file", flaky)
     assert await read_input_file(path, 100) == b"hello"  # not DocumentError("unreadable")
-    assert len(recorded.warnings("reading an input")) == 1
+    assert len(warnings_about(recorded, "reading an input")) == 1
 
 
 def test_reading_an_input_raises_exhaustion_not_unreadable(
@@ -170,7 +167,7 @@ def test_reading_an_input_raises_exhaustion_not_unreadable(
 
 
 async def test_writing_a_record_out_of_descriptors_is_retried(
-    tmp_path: Path, recorded: Recorder, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, recorded: list[EventDict], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     real = durable.write_atomic_at
     tries = {"n": 0}
@@ -186,11 +183,11 @@ async def test_writing_a_record_out_of_descriptors_is_retried(
     await sink.start()
     written = await sink.write_result("doc.txt", {"id": "doc.txt"})
     assert written.exists()
-    assert len(recorded.warnings("writing a record")) == 1
+    assert len(warnings_about(recorded, "writing a record")) == 1
 
 
 async def test_inbox_rescan_out_of_descriptors_keeps_running_and_logs_rarely(
-    tmp_path: Path, recorded: Recorder, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, recorded: list[EventDict], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The issue's case: the inbox rescan meets EMFILE. The source starts anyway, keeps trying (every
     second, not once per rescan period), logs once, and finds the waiting files as soon as the
@@ -222,4 +219,4 @@ async def test_inbox_rescan_out_of_descriptors_keeps_running_and_logs_rarely(
             assert time.monotonic() - started < 3  # at the next retry, not after rescan_seconds
         finally:
             await collector.close()
-    assert len(recorded.warnings("inbox rescan")) == 1
+    assert len(warnings_about(recorded, "inbox rescan")) == 1

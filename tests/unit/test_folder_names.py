@@ -28,7 +28,7 @@ from daemon.sinks.folder import FolderSink
 from daemon.sources.folder import FolderSource, is_candidate_name
 from daemon.summary.profiles import build_profiles
 from daemon.summary.summarizer import Summarizer
-from tests.fakes import FakeEngine
+from tests.doubles.engine import FakeEngine
 
 WAIT = 10.0
 SENTINEL = b"already here: must never be overwritten\n"

@@ -7,7 +7,6 @@ fast the machine is. Settling is tested with a fake clock where exact timing mat
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import time
@@ -21,11 +20,10 @@ from daemon.errors import DocumentError
 from daemon.sinks.folder import FolderSink
 from daemon.sources import folder as folder_module
 from daemon.sources.folder import FolderSource, is_candidate_name
-from daemon.work import WorkItem
+from tests.doubles.clock import FakeClock
+from tests.doubles.sources import WAIT, Collector
 
-WAIT = 10.0  # upper bound for anything that should happen "soon"
 SETTLE = 0.2
-PROBE_PREFIX = "probe-"
 
 
 def make_config(tmp_path: Path, *, settle: float = SETTLE, rescan: float = 3600.0) -> FolderSourceConfig:
@@ -54,48 +52,6 @@ def write_old(path: Path, data: bytes = b"some text\n", *, age: float = 600.0) -
 
 def tmp_files(root: Path) -> list[Path]:
     return sorted(root.rglob("*.tmp"))
-
-
-class Collector:
-    """Pulls work items into a queue, so a bounded wait does not kill the source's generator."""
-
-    def __init__(self, source: FolderSource) -> None:
-        self.source = source
-        self.queue: asyncio.Queue[tuple[WorkItem, float]] = asyncio.Queue()
-        self.task = asyncio.create_task(self._run())
-
-    async def _run(self) -> None:
-        async for item in self.source.items():
-            self.queue.put_nowait((item, time.monotonic()))
-
-    async def next_timed(self, wait: float = WAIT) -> tuple[WorkItem, float]:
-        """The next item that is not a watcher probe, and when it was handed out."""
-        while True:
-            item, at = await asyncio.wait_for(self.queue.get(), wait)
-            if not item.id.startswith(PROBE_PREFIX):
-                return item, at
-
-    async def next(self, wait: float = WAIT) -> WorkItem:
-        return (await self.next_timed(wait))[0]
-
-    async def wait_until_watching(self, inbox: Path) -> None:
-        """Drop probe files until one is handed out: from then on the watcher sees new files."""
-        deadline = time.monotonic() + WAIT
-        for number in range(1_000_000):
-            if time.monotonic() > deadline:
-                raise AssertionError(f"the inbox watcher did not report a new file within {WAIT} s")
-            write_old(inbox / f"{PROBE_PREFIX}{number}.txt")
-            try:
-                item, _ = await asyncio.wait_for(self.queue.get(), 0.3)
-            except TimeoutError:
-                continue
-            assert item.id.startswith(PROBE_PREFIX)
-            return
-
-    async def close(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
 
 
 # -- names -----------------------------------------------------------------------------------------
@@ -252,34 +208,16 @@ async def test_item_load_refuses_too_large_file(tmp_path: Path) -> None:
 # -- settling --------------------------------------------------------------------------------------
 
 
-class FakeClock:
-    """Stands in for the ``time`` module inside daemon.sources.folder."""
-
-    def __init__(self) -> None:
-        self.mono = 1000.0
-        self.wall = 1_700_000_000.0
-
-    def monotonic(self) -> float:
-        return self.mono
-
-    def time(self) -> float:
-        return self.wall
-
-    def advance(self, seconds: float) -> None:
-        self.mono += seconds
-        self.wall += seconds
-
-
 def _write_at(path: Path, data: bytes, clock: FakeClock, *, append: bool = False) -> None:
     with path.open("ab" if append else "wb") as stream:
         stream.write(data)
-    os.utime(path, ns=(int(clock.wall * 1e9), int(clock.wall * 1e9)))
+    os.utime(path, ns=(int(clock.time() * 1e9), int(clock.time() * 1e9)))
 
 
 async def test_growing_file_is_handed_out_only_after_settle_seconds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     monkeypatch.setattr(folder_module, "time", clock)
     config = make_config(tmp_path, settle=1.0, rescan=1e9)
     config.inbox.mkdir()
@@ -301,7 +239,7 @@ async def test_growing_file_is_handed_out_only_after_settle_seconds(
 
 
 async def test_old_file_is_ready_at_first_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    clock = FakeClock()
+    clock = FakeClock(1000.0)
     monkeypatch.setattr(folder_module, "time", clock)
     config = make_config(tmp_path, settle=1.0, rescan=1e9)
     config.inbox.mkdir()

@@ -27,8 +27,8 @@ from daemon.sinks.folder import FolderSink
 from daemon.sources import folder as folder_module
 from daemon.sources.folder import FolderSource, is_candidate_name
 from daemon.work import WorkItem
+from tests.doubles.sources import WAIT, Collector
 
-WAIT = 10.0
 SECRET = b"a file outside the inbox that must never be read\n"
 
 
@@ -66,38 +66,11 @@ def secret(tmp_path: Path) -> Path:
     return path
 
 
-class Items:
-    """Pulls work items from a source in the background; bounded waits."""
-
-    def __init__(self, source: FolderSource) -> None:
-        self.queue: asyncio.Queue[WorkItem] = asyncio.Queue()
-        self.task = asyncio.create_task(self._run(source))
-
-    async def _run(self, source: FolderSource) -> None:
-        async for item in source.items():
-            self.queue.put_nowait(item)
-
-    async def next(self, wait: float = WAIT) -> WorkItem:
-        return await asyncio.wait_for(self.queue.get(), wait)
-
-    async def none_within(self, seconds: float) -> bool:
-        try:
-            await asyncio.wait_for(self.queue.get(), seconds)
-        except TimeoutError:
-            return True
-        return False
-
-    async def close(self) -> None:
-        self.task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await self.task
-
-
 @contextlib.asynccontextmanager
-async def running(config: FolderSourceConfig) -> AsyncIterator[tuple[FolderSource, Items]]:
+async def running(config: FolderSourceConfig) -> AsyncIterator[tuple[FolderSource, Collector]]:
     source = make_source(config)
     await source.start()
-    items = Items(source)
+    items = Collector(source)
     try:
         yield source, items
     finally:
@@ -507,7 +480,7 @@ async def test_a_source_started_again_in_one_process_does_not_count_its_own_clai
     write_old(config.inbox / "doc.txt")
     source = make_source(config)
     await source.start()
-    items = Items(source)
+    items = Collector(source)
     item = await items.next()
     await items.close()
     await source.stop()

@@ -1,60 +1,19 @@
 """Unit tests of daemon.sources.kafka.committer: the commit rule, without a broker.
 
-The consumer's commit and the sink are fakes that record what they were asked and fail when told
-to; partitions are plain strings. The broker path is tests/e2e/test_kafka_source.py.
+The consumer's commit and the sink are fakes (tests/doubles/kafka.py) that record what they were
+asked and fail when told to; partitions are plain strings. The broker path is tests/e2e/test_kafka_source.py.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
-
 import pytest
 from aiokafka.errors import CommitFailedError, KafkaConnectionError
 
-from daemon.config import KafkaSourceConfig
 from daemon.errors import ProducerFencedError, SinkError
-from daemon.records import Headers
-from daemon.sinks.kafka import Output, RecordTooLargeError, default_transactional_id
+from daemon.sinks.kafka import Output, default_transactional_id
 from daemon.sources.kafka.committer import AtLeastOnceCommitter, TransactionalCommitter, committer_for
 from daemon.sources.kafka.offsets import OffsetBook, PartitionOffsets
-
-
-class FakeConsumer:
-    """Records commits; raises the queued failures first, one per call."""
-
-    def __init__(self) -> None:
-        self.commits: list[dict[str, int]] = []
-        self.failures: list[BaseException] = []
-
-    async def commit(self, offsets: dict[str, int]) -> None:
-        if self.failures:
-            raise self.failures.pop(0)
-        self.commits.append(dict(offsets))
-
-
-class FakeSink:
-    """Records sends, transactions and the transactional id asked for; raises the queued transaction
-    failures first."""
-
-    def __init__(self) -> None:
-        self.transactional_id: str | None = None
-        self.sent: list[Output] = []
-        self.transactions: list[tuple[list[str], dict[str, int], str]] = []
-        self.failures: list[BaseException] = []
-
-    def use_transactions(self, transactional_id: str) -> None:
-        self.transactional_id = transactional_id
-
-    async def send(self, topic: str, key: str, value: bytes, headers: Headers) -> None:
-        self.sent.append(Output(topic, key, value, headers))
-
-    async def write_transaction(
-        self, outputs: Sequence[Output], offsets: Mapping[Any, int], group_id: str
-    ) -> None:
-        if self.failures:
-            raise self.failures.pop(0)
-        self.transactions.append(([output.key for output in outputs], dict(offsets), group_id))
+from tests.doubles.kafka import FakeConsumer, FakeSink, RefusingSink, kafka_config
 
 
 def _output(key: str) -> Output:
@@ -69,28 +28,18 @@ def _take(book: OffsetBook[str], partition: str, *offsets: int) -> PartitionOffs
     return tracker
 
 
-def _config(**overrides: object) -> KafkaSourceConfig:
-    values: dict[str, object] = {
-        "bootstrap_servers": "127.0.0.1:9",
-        "input_topics": ["in"],
-        "group_id": "g",
-        "output_topic": "out",
-        "dead_letter_topic": "dlq",
-        **overrides,
-    }
-    return KafkaSourceConfig.model_validate(values)
-
-
 def test_the_strategy_is_chosen_from_the_config_and_tells_the_sink_its_producer() -> None:
     book: OffsetBook[str] = OffsetBook()
     plain_sink, exact_sink, named_sink = FakeSink(), FakeSink(), FakeSink()
-    plain = committer_for(_config(), book, FakeConsumer(), plain_sink)
+    plain = committer_for(kafka_config(), book, FakeConsumer(), plain_sink)
     assert isinstance(plain, AtLeastOnceCommitter)
     assert plain_sink.transactional_id is None  # a plain idempotent producer
-    exact = committer_for(_config(exactly_once=True, max_pending_results=7), book, FakeConsumer(), exact_sink)
+    exact = committer_for(
+        kafka_config(exactly_once=True, max_pending_results=7), book, FakeConsumer(), exact_sink
+    )
     assert isinstance(exact, TransactionalCommitter)
     assert exact_sink.transactional_id == default_transactional_id("g")
-    committer_for(_config(exactly_once=True, transactional_id="tx-1"), book, FakeConsumer(), named_sink)
+    committer_for(kafka_config(exactly_once=True, transactional_id="tx-1"), book, FakeConsumer(), named_sink)
     assert named_sink.transactional_id == "tx-1"
 
 
@@ -275,30 +224,6 @@ async def test_stop_drops_every_held_output() -> None:
 
 
 # -- records the broker refuses as too large ------------------------------------------------------------
-
-
-class RefusingSink(FakeSink):
-    """Refuses (as too large) every record whose value is longer than ``limit`` bytes."""
-
-    def __init__(self, limit: int) -> None:
-        super().__init__()
-        self.limit = limit
-        self.refused: list[str] = []
-
-    async def send(self, topic: str, key: str, value: bytes, headers: Headers) -> None:
-        if len(value) > self.limit:
-            self.refused.append(key)
-            raise RecordTooLargeError(f"{len(value)} bytes")
-        await super().send(topic, key, value, headers)
-
-    async def write_transaction(
-        self, outputs: Sequence[Output], offsets: Mapping[Any, int], group_id: str
-    ) -> None:
-        for output in outputs:
-            if len(output.value) > self.limit:
-                self.refused.append(output.key)
-                raise RecordTooLargeError(f"{len(output.value)} bytes")
-        await super().write_transaction(outputs, offsets, group_id)
 
 
 def _large(key: str, *, fallback: Output | None) -> Output:

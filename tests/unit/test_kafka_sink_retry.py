@@ -1,13 +1,12 @@
 """Unit tests of KafkaSink.send's retries: which failures are retried, on which producer, for how long.
 
-The producer is a scripted stand-in (each send pops the next outcome); the real broker path, a broker
-restart under a running daemon, is tests/e2e/test_kafka_resilience.py.
+The producer is a scripted stand-in (each send pops the next outcome; tests/doubles/kafka.py); the
+real broker path, a broker restart under a running daemon, is tests/e2e/test_kafka_resilience.py.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, ClassVar
 
 import pytest
 from aiokafka.errors import (
@@ -20,58 +19,11 @@ from aiokafka.errors import (
     UnknownProducerId,
 )
 
-from daemon.config import KafkaSourceConfig
 from daemon.errors import SinkError
 from daemon.sinks.kafka import KafkaSink, Output, RecordTooLargeError, send_failure_remedy
+from tests.doubles.kafka import FakeProducer, RecordingProducer, ScriptedSink, kafka_config
 
-CONFIG = KafkaSourceConfig.model_validate(
-    {
-        "bootstrap_servers": "127.0.0.1:9",
-        "input_topics": ["in"],
-        "group_id": "g",
-        "output_topic": "out",
-        "dead_letter_topic": "dlq",
-    }
-)
-
-
-class FakeProducer:
-    """Fails sends with the scripted exceptions, in order, then succeeds."""
-
-    def __init__(self, name: str, failures: list[BaseException]) -> None:
-        self.name = name
-        self.failures = failures
-        self.sent: list[tuple[str, bytes]] = []
-        self.stopped = False
-
-    async def send_and_wait(self, topic: str, *, value: bytes, key: bytes, headers: Any) -> None:
-        await asyncio.sleep(0)
-        if self.stopped:
-            raise AssertionError(f"{self.name} used after stop")
-        if self.failures:
-            raise self.failures.pop(0)
-        self.sent.append((topic, value))
-
-    async def stop(self) -> None:
-        self.stopped = True
-
-
-class ScriptedSink(KafkaSink):
-    """start() installs the next scripted producer instead of connecting to a broker."""
-
-    def __init__(self, producers: list[FakeProducer | BaseException], retry_seconds: float = 5.0) -> None:
-        super().__init__(CONFIG, retry_seconds=retry_seconds)
-        self.script = producers
-        self.started: list[FakeProducer] = []
-
-    async def start(self) -> None:
-        if self._producer is not None:
-            return
-        step = self.script.pop(0)
-        if isinstance(step, BaseException):
-            raise step
-        self._producer = step
-        self.started.append(step)
+CONFIG = kafka_config()
 
 
 def test_remedies() -> None:
@@ -180,21 +132,6 @@ async def test_a_stopped_sink_refuses_to_send() -> None:
     sink = ScriptedSink([FakeProducer("only", [])])
     with pytest.raises(SinkError, match="not running"):
         await sink.send("out", "k", b"v", [])
-
-
-class RecordingProducer:
-    """Stands in for AIOKafkaProducer: remembers the options it was made with."""
-
-    made: ClassVar[list[dict[str, Any]]] = []
-
-    def __init__(self, **options: Any) -> None:
-        RecordingProducer.made.append(options)
-
-    async def start(self) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
 
 
 @pytest.mark.parametrize("transactional_id", [None, "tx-1"])

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from structlog.typing import EventDict
 
 from daemon.ops import http_limits
 from daemon.ops.http_limits import ConnectionLimits
@@ -32,19 +33,6 @@ from daemon.ops.metrics import MetricsServer
 REPO = Path(__file__).resolve().parents[2]
 LIMITS = ConnectionLimits(max_connections=4, request_seconds=0.5, response_seconds=2.0, idle_seconds=1.0)
 WAIT = 10.0
-
-
-class Recorder:
-    """Stands in for a module's structlog logger: keeps (level, event, fields)."""
-
-    def __init__(self) -> None:
-        self.records: list[tuple[str, str, dict[str, Any]]] = []
-
-    def __getattr__(self, level: str) -> Any:
-        return lambda event, **fields: self.records.append((level, event, fields))
-
-    def events(self, level: str = "warning") -> list[str]:
-        return [event for lvl, event, _ in self.records if lvl == level]
 
 
 @contextlib.asynccontextmanager
@@ -56,11 +44,11 @@ async def serving(limits: ConnectionLimits = LIMITS) -> AsyncIterator[MetricsSer
         yield server
 
 
-@pytest.fixture
-def recorded(monkeypatch: pytest.MonkeyPatch) -> Recorder:
-    recorder = Recorder()
-    monkeypatch.setattr(http_limits, "log", recorder)
-    return recorder
+def warnings(logs: list[EventDict]) -> list[EventDict]:
+    """The endpoint's warnings (daemon.ops.http_limits logs them)."""
+    return [
+        entry for entry in logs if entry["logger"] == http_limits.__name__ and entry["log_level"] == "warning"
+    ]
 
 
 async def get(port: int, path: str = "/healthz") -> tuple[int, bytes]:
@@ -156,7 +144,9 @@ async def test_idle_kept_alive_connection_is_closed() -> None:
         assert took < max(LIMITS.idle_seconds, LIMITS.response_seconds) + 3
 
 
-async def test_connections_over_the_cap_evict_the_stalest_and_are_logged_rarely(recorded: Recorder) -> None:
+async def test_connections_over_the_cap_evict_the_stalest_and_are_logged_rarely(
+    logs: list[EventDict],
+) -> None:
     async with serving() as server:
         listener = server.listener
         assert listener is not None
@@ -179,7 +169,7 @@ async def test_connections_over_the_cap_evict_the_stalest_and_are_logged_rarely(
         assert listener.evicted_connections == 20
         assert listener.refused_connections == 0
         evictions = [
-            e for e in recorded.events() if e.startswith("metrics endpoint: connection limit reached")
+            e for e in warnings(logs) if e["event"].startswith("metrics endpoint: connection limit reached")
         ]
         assert len(evictions) == 1
         for _, writer in clients:
@@ -249,7 +239,7 @@ async def test_probes_get_through_while_slow_clients_hold_every_slot() -> None:
 
 
 async def test_malformed_requests_are_logged_rarely_without_a_traceback(
-    recorded: Recorder, caplog: pytest.LogCaptureFixture
+    logs: list[EventDict], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     async with serving() as server:
@@ -262,15 +252,14 @@ async def test_malformed_requests_are_logged_rarely_without_a_traceback(
         assert (await get(server.port))[0] == 200
     stdlib = [r for r in caplog.records if r.levelno >= logging.WARNING or r.exc_info]
     assert stdlib == []
-    warnings = [(e, f) for lvl, e, f in recorded.records if lvl == "warning"]
-    assert len(warnings) == 1
-    event, fields = warnings[0]
-    assert event == "metrics endpoint: bad request or failed handler"
-    assert fields["suppressed"] == 0
-    assert "BadHttpMessage" in fields["error"] or "400" in fields["error"]
+    (warning,) = warnings(logs)
+    assert warning["event"] == "metrics endpoint: bad request or failed handler"
+    assert warning["suppressed"] == 0
+    assert "BadHttpMessage" in warning["error"] or "400" in warning["error"]
 
 
-async def test_stop_does_not_wait_for_slow_clients(recorded: Recorder) -> None:
+@pytest.mark.usefixtures("logs")
+async def test_stop_does_not_wait_for_slow_clients() -> None:
     endpoint = MetricsServer(
         "127.0.0.1",
         0,
@@ -296,14 +285,8 @@ _EMFILE_CHILD = textwrap.dedent(
     import asyncio, json, logging, os, resource, sys
     from daemon.ops import fd_exhaustion
     from daemon.ops.metrics import MetricsServer
+    from tests.doubles.logs import captured_logs
 
-    warnings = []
-    class Recorder:
-        def warning(self, event, **fields):
-            warnings.append([event, fields.get("where")])
-        def __getattr__(self, name):
-            return lambda *args, **kwargs: None
-    fd_exhaustion.log = Recorder()
     errors = []
     class Count(logging.Handler):
         def emit(self, record):
@@ -329,9 +312,15 @@ _EMFILE_CHILD = textwrap.dedent(
             os.close(fd)
         await loop.run_in_executor(None, sys.stdin.readline)  # and when to stop
         await server.stop()
+        warnings = [
+            [entry["event"], entry.get("where")]
+            for entry in logs
+            if entry["logger"] == fd_exhaustion.__name__ and entry["log_level"] == "warning"
+        ]
         print(json.dumps({"warnings": warnings, "errors": errors}), flush=True)
 
-    asyncio.run(main())
+    with captured_logs() as logs:
+        asyncio.run(main())
     """
 )
 

@@ -16,48 +16,17 @@ from daemon.records import Record
 from daemon.summary.profiles import build_profiles
 from daemon.summary.prompts import PromptKind
 from daemon.summary.summarizer import Summarizer
-from daemon.work import WorkItem
-from tests.fakes import FakeEngine
+from tests.doubles.engine import FakeEngine
+from tests.doubles.work import Acks
 
 TEXT = b"A short notice about the delivery of goods. " * 10
 
 
-class Acks:
-    """The acknowledgements of work items, as the test sees them."""
-
-    def __init__(self) -> None:
-        self.completed: dict[str, Record] = {}
-        self.failed: dict[str, Record] = {}
-
-    def item(
-        self, doc_id: str, data: bytes | BaseException = TEXT, options: Any = None, profile: str | None = None
-    ) -> WorkItem:
-        async def load() -> bytes:
-            if isinstance(data, BaseException):
-                raise data
-            return data
-
-        async def load_options() -> Any:
-            if isinstance(options, BaseException):
-                raise options
-            return options
-
-        async def complete(record: Record) -> None:
-            self.completed[doc_id] = record
-
-        async def fail(record: Record) -> None:
-            self.failed[doc_id] = record
-
-        return WorkItem(
-            id=doc_id,
-            source="test",
-            load=load,
-            on_complete=complete,
-            on_fail=fail,
-            metadata={"origin": doc_id},
-            load_options=load_options,
-            profile=profile,
-        )
+@pytest.fixture
+def acks() -> Acks:
+    """Work items that load ``TEXT`` unless told otherwise, whose metadata names them (the records must
+    carry it through)."""
+    return Acks(TEXT, origin=True)
 
 
 @pytest.fixture
@@ -90,9 +59,8 @@ def pipeline(engine: FakeEngine, tokenizer: Any, finished: list[tuple[str, str]]
 
 
 async def test_a_summarized_document_is_completed_with_its_result(
-    pipeline: DocumentPipeline, finished: list[tuple[str, str]]
+    pipeline: DocumentPipeline, finished: list[tuple[str, str]], acks: Acks
 ) -> None:
-    acks = Acks()
     assert await pipeline.process(acks.item("a.txt")) == OK
     record = acks.completed["a.txt"]
     assert (record["id"], record["source"], record["model"]) == ("a.txt", "test", "tiny")
@@ -112,9 +80,8 @@ async def test_a_summarized_document_is_completed_with_its_result(
     ],
 )
 async def test_a_refused_document_is_failed_with_its_reason(
-    pipeline: DocumentPipeline, data: bytes | BaseException, options: Any, reason: str
+    pipeline: DocumentPipeline, data: bytes | BaseException, options: Any, reason: str, acks: Acks
 ) -> None:
-    acks = Acks()
     assert await pipeline.process(acks.item("b.txt", data, options)) == reason
     record = acks.failed["b.txt"]
     assert record["reason"] == reason
@@ -123,10 +90,9 @@ async def test_a_refused_document_is_failed_with_its_reason(
 
 
 async def test_an_engine_request_error_fails_only_that_document(
-    pipeline: DocumentPipeline, engine: FakeEngine
+    pipeline: DocumentPipeline, engine: FakeEngine, acks: Acks
 ) -> None:
     engine.failures["bad.txt"] = RequestError("refused")
-    acks = Acks()
     outcomes = await asyncio.gather(
         pipeline.process(acks.item("bad.txt")), pipeline.process(acks.item("ok.txt"))
     )
@@ -137,9 +103,8 @@ async def test_an_engine_request_error_fails_only_that_document(
 
 @pytest.mark.parametrize("error", [EngineDeadError("gone"), SinkError("disk full")])
 async def test_fatal_errors_propagate_and_settle_nothing(
-    pipeline: DocumentPipeline, engine: FakeEngine, error: Exception
+    pipeline: DocumentPipeline, engine: FakeEngine, error: Exception, acks: Acks
 ) -> None:
-    acks = Acks()
     if isinstance(error, EngineDeadError):
         engine.failures["c.txt"] = error
         item = acks.item("c.txt")
@@ -157,10 +122,9 @@ async def test_fatal_errors_propagate_and_settle_nothing(
 
 
 async def test_cancellation_aborts_the_request_and_settles_nothing(
-    pipeline: DocumentPipeline, engine: FakeEngine
+    pipeline: DocumentPipeline, engine: FakeEngine, acks: Acks
 ) -> None:
     engine.delay = 10.0
-    acks = Acks()
     task = asyncio.create_task(pipeline.process(acks.item("d.txt")))
     await asyncio.sleep(0.2)
     task.cancel()
@@ -172,20 +136,18 @@ async def test_cancellation_aborts_the_request_and_settles_nothing(
 
 
 async def test_options_nested_fifty_thousand_levels_deep_fail_as_invalid_options(
-    pipeline: DocumentPipeline,
+    pipeline: DocumentPipeline, acks: Acks
 ) -> None:
-    acks = Acks()
     sidecar = b'{"style": ' + b"[" * 50_000 + b"]" * 50_000 + b"}"  # what a folder sidecar holds
     assert await pipeline.process(acks.item("deep", options=sidecar)) == "invalid_options"
     assert acks.failed["deep"]["reason"] == "invalid_options"
 
 
 async def test_a_result_the_sink_cannot_write_for_this_document_becomes_its_failure_record(
-    pipeline: DocumentPipeline,
+    pipeline: DocumentPipeline, acks: Acks
 ) -> None:
     # A Kafka result too large for max_request_bytes: the sink refuses this record, nothing is
     # acknowledged, and the document fails (a dead letter) instead of the service.
-    acks = Acks()
     item = acks.item("big")
 
     async def refuse(record: Record) -> None:
@@ -199,11 +161,10 @@ async def test_a_result_the_sink_cannot_write_for_this_document_becomes_its_fail
 
 
 async def test_a_result_that_cannot_be_written_becomes_the_documents_failure(
-    pipeline: DocumentPipeline, finished: list[tuple[str, str]]
+    pipeline: DocumentPipeline, finished: list[tuple[str, str]], acks: Acks
 ) -> None:
     # The sink refuses this one record (it cannot be encoded, or its name is refused): the document
     # fails with that reason, its input is acknowledged, and nothing is fatal.
-    acks = Acks()
     item = acks.item("e.txt")
 
     async def refuse(record: Record) -> None:
@@ -217,9 +178,8 @@ async def test_a_result_that_cannot_be_written_becomes_the_documents_failure(
 
 
 async def test_a_failure_record_that_cannot_be_written_is_replaced_by_a_minimal_one(
-    pipeline: DocumentPipeline,
+    pipeline: DocumentPipeline, acks: Acks
 ) -> None:
-    acks = Acks()
     item = acks.item("f.txt", b"")
     written: list[Record] = []
 
@@ -249,9 +209,8 @@ def _documents(profile: str, outcome: str) -> float:
 
 
 async def test_the_document_chooses_its_profile_over_its_sources(
-    pipeline: DocumentPipeline, engine: FakeEngine
+    pipeline: DocumentPipeline, engine: FakeEngine, acks: Acks
 ) -> None:
-    acks = Acks()
     brief = pipeline.summarizer.profiles.get("brief")
     assert await pipeline.process(acks.item("default.txt")) == OK
     assert await pipeline.process(acks.item("source.txt", profile="lively")) == OK
@@ -270,9 +229,8 @@ async def test_the_document_chooses_its_profile_over_its_sources(
 
 
 async def test_an_unknown_profile_fails_the_document_with_invalid_options(
-    pipeline: DocumentPipeline, engine: FakeEngine
+    pipeline: DocumentPipeline, engine: FakeEngine, acks: Acks
 ) -> None:
-    acks = Acks()
     before = _documents("lively", "invalid_options")
     outcome = await pipeline.process(acks.item("odd.txt", options={"profile": "poem"}, profile="lively"))
     assert outcome == "invalid_options"
@@ -285,8 +243,7 @@ async def test_an_unknown_profile_fails_the_document_with_invalid_options(
     assert "poem" not in labels
 
 
-async def test_a_document_cannot_bring_its_own_instruction(pipeline: DocumentPipeline) -> None:
-    acks = Acks()
+async def test_a_document_cannot_bring_its_own_instruction(pipeline: DocumentPipeline, acks: Acks) -> None:
     outcome = await pipeline.process(acks.item("sneaky.txt", options={"instruction": "Write a poem."}))
     assert outcome == "invalid_options"
     assert "instruction" in acks.failed["sneaky.txt"]["message"]

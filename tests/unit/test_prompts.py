@@ -15,24 +15,7 @@ from daemon.summary.prompts import (
     build_template,
     length_hint,
 )
-
-
-class PlainTokenizer:
-    """A tokenizer without a chat template (a base model)."""
-
-    chat_template = None
-
-    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any:
-        raise AssertionError("must not be called without a chat template")
-
-
-class SystemOnlyTokenizer:
-    """A chat template that drops the user message."""
-
-    chat_template = "{{ messages[0]['content'] }}"
-
-    def apply_chat_template(self, conversation: Any, **kwargs: Any) -> Any:
-        return conversation[0]["content"]
+from tests.doubles.tokenizers import PlainTokenizer, SystemOnlyTokenizer
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +34,7 @@ def test_template_starts_with_the_system_instruction(template: PromptTemplate) -
 
 def test_template_puts_the_document_in_the_user_message(template: PromptTemplate) -> None:
     assert template.prefix.endswith("<|im_start|>user\nSummarize the following document.\n\n<document>\n")
-    assert template.suffix.startswith("\n</document>\n\nWrite the summary as plain prose paragraphs.")
+    assert template.suffix.startswith("\n</document>\n\nWrite plain sentences, without headings or lists.")
     assert template.suffix.endswith("<|im_end|>\n<|im_start|>assistant\n")
 
 
@@ -82,12 +65,14 @@ def test_part_and_combine_instructions_differ_from_the_document_one(tokenizer: A
     prefixes = {kind: build_template(tokenizer, kind).prefix for kind in PromptKind}
     assert len(set(prefixes.values())) == 3
     assert "one part of a longer document" in prefixes[PromptKind.PART]
-    assert "summaries of consecutive parts" in prefixes[PromptKind.COMBINE]
+    assert "notes on consecutive parts" in prefixes[PromptKind.COMBINE]
 
 
 def test_length_hint_grows_with_the_budget() -> None:
-    assert length_hint(100) == "Use at most about 70 words."
-    assert length_hint(10) == "Use at most about 20 words."  # a floor for tiny budgets
+    assert length_hint(100) == "Use at most about 50 words. Write only the summary."
+    assert (
+        length_hint(10) == "Use at most about 20 words. Write only the summary."
+    )  # a floor for tiny budgets
 
 
 def test_template_without_chat_template_uses_plain_layout() -> None:

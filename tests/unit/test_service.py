@@ -27,7 +27,7 @@ from daemon.service import Service
 from daemon.sinks.folder import FolderSink
 from daemon.sources.files import FilesSource
 from daemon.sources.folder import FolderSource
-from tests.fakes import FakeEngine
+from tests.doubles.engine import FakeEngine
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Health means progress: the service with a fake engine that stops answering (tests/fakes.py).
+"""Health means progress: the service with a fake engine that stops answering (tests/doubles/engine.py).
 
 With work in flight and nothing finishing for ``service.stall_seconds``, ``healthy()`` (what /healthz
 answers) turns false and the systemd watchdog pings stop; idle with no work, or a long document whose
@@ -23,8 +23,9 @@ from daemon.ops.notify import SystemdNotifier
 from daemon.service import Service
 from daemon.sinks.folder import FolderSink
 from daemon.sources.files import FilesSource
-from daemon.work import WorkItem
-from tests.fakes import FakeEngine
+from tests.doubles.clock import FakeClock
+from tests.doubles.engine import FakeEngine
+from tests.doubles.sources import IdleSource
 
 STALL = 0.5
 
@@ -47,22 +48,6 @@ def _files_source(tmp_path: Path, texts: dict[str, str]) -> FilesSource:
         paths.append(folder / name)
     outbox = tmp_path / "out"
     return FilesSource(paths, FolderSink(outbox, outbox), max_input_bytes=1 << 20)
-
-
-class IdleSource:
-    """A source with nothing to give, ever (a quiet inbox)."""
-
-    backlog = 0
-
-    async def start(self) -> None:
-        pass
-
-    async def stop(self) -> None:
-        pass
-
-    async def items(self) -> AsyncIterator[WorkItem]:
-        await asyncio.Event().wait()
-        yield  # type: ignore[misc]  # pragma: no cover - never reached
 
 
 @contextlib.asynccontextmanager
@@ -168,15 +153,15 @@ async def test_the_watchdog_is_no_longer_fed_once_unhealthy(
 
 
 def test_the_watch_clock_starts_when_work_is_first_seen() -> None:
-    now = [0.0]
-    watch = ProgressWatch(10, clock=lambda: now[0])
-    now[0] = 100.0  # idle for long: no stall, and the clock does not run while idle
+    clock = FakeClock()
+    watch = ProgressWatch(10, clock=clock)
+    clock.now = 100.0  # idle for long: no stall, and the clock does not run while idle
     assert not watch.stalled(has_work=False)
     assert not watch.stalled(has_work=True)  # work just seen: its clock starts now
-    now[0] = 109.0
+    clock.now = 109.0
     assert not watch.stalled(has_work=True)
-    now[0] = 111.0
+    clock.now = 111.0
     assert watch.stalled(has_work=True)
     watch.progressed()
     assert not watch.stalled(has_work=True)
-    assert not ProgressWatch(0, clock=lambda: now[0]).stalled(has_work=True)  # 0: off
+    assert not ProgressWatch(0, clock=clock).stalled(has_work=True)  # 0: off

@@ -12,14 +12,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import re
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from daemon.config import Config, EngineConfig, ProfileConfig, SummaryConfig
 from daemon.document.decode import Document, sha256_hex
-from daemon.engine.admission import Admission, AdmissionLimits, SlotHandle
+from daemon.engine.admission import Admission, AdmissionLimits
 from daemon.errors import DocumentError, RequestError
 from daemon.summary.chunking import split_into_chunks, tokenize_text
 from daemon.summary.options import SummaryOptions
@@ -27,7 +26,8 @@ from daemon.summary.profiles import build_profiles, default_profiles
 from daemon.summary.prompts import SYSTEM_INSTRUCTION, PromptKind
 from daemon.summary.summarizer import Summarizer, _gather, _group
 from daemon.typing import Style
-from tests.fakes import Call, FakeEngine
+from tests.doubles.admission import RecordingAdmission
+from tests.doubles.engine import Call, FakeEngine
 
 REPLY = "part summary words "  # 3 tokens per repetition with the tiny tokenizer
 
@@ -44,29 +44,6 @@ def replying_engine(
         steps=steps,
         behaviour=behaviour,
     )
-
-
-class RecordingAdmission(Admission):
-    """The real admission, remembering the cost and urgency of every slot asked for."""
-
-    def __init__(self, limits: AdmissionLimits) -> None:
-        super().__init__(limits)
-        self.asked: list[tuple[int, bool]] = []
-
-    @contextlib.asynccontextmanager
-    async def slot(
-        self,
-        cost: int,
-        *,
-        urgent: bool = False,
-        arrived_at: float | None = None,
-        prompt_tokens: int | None = None,
-    ) -> AsyncIterator[SlotHandle]:
-        self.asked.append((cost, urgent))
-        async with super().slot(
-            cost, urgent=urgent, arrived_at=arrived_at, prompt_tokens=prompt_tokens
-        ) as handle:
-            yield handle
 
 
 def make_admission() -> RecordingAdmission:
@@ -360,7 +337,7 @@ async def test_options_set_the_final_length_and_style(tokenizer: Any) -> None:
     assert final.max_tokens == 100
     final_text = tokenizer.decode(final.prompt)
     assert "bullet" in final_text
-    assert "at most about 70 words" in final_text
+    assert "at most about 50 words" in final_text
     # The parts keep the configured part length and plain prose (their prompt prefix stays shared).
     for call in engine.of_kind("part"):
         assert call.max_tokens == 64
@@ -413,14 +390,15 @@ async def test_options_asking_for_over_half_the_context_are_invalid(tokenizer: A
 async def test_long_summary_in_a_small_context_still_combines(
     tokenizer: Any, config: dict[str, Any], options: SummaryOptions
 ) -> None:
-    # The final combine of max_summary_tokens 256 in a 512-token context has room for about 70 tokens of
-    # text, less than one combined entry (label plus up to 85 tokens): combining one entry again gives
-    # one entry again, until the depth guard fails the document with internal_error.
+    # The final combine of max_summary_tokens 256 in a 520-token context (512 before the longer
+    # prompts of summary-v3) has room for about 70 tokens of text, less than one combined entry (label
+    # plus up to 85 tokens): combining one entry again gives one entry again, until the depth guard
+    # fails the document with internal_error.
     engine = replying_engine(repeats=40)  # the model uses its whole part budget (120 tokens, cut to 85)
-    summarizer = make_summarizer(tokenizer, engine, max_model_len=512, **config)
+    summarizer = make_summarizer(tokenizer, engine, max_model_len=520, **config)
     summary = await summarizer.summarize(make_document(long_text(40)), options)
     assert summary.dropped_tokens == 0
-    assert_every_request_fits(engine, 512)
+    assert_every_request_fits(engine, 520)
 
 
 # -- failures and fan-out --------------------------------------------------------------------------

@@ -1,7 +1,8 @@
-"""Test doubles of our own contracts, in one place (see daemon/contracts.py).
+"""The engine's doubles: :class:`FakeEngine` (an :class:`~daemon.contracts.EngineClient`) and what it
+records (:class:`Call`); :class:`FakeAsyncLLM`, vLLM's ``AsyncLLM`` as :meth:`Engine.stop` touches it.
 
-They stand in for the real thing only in narrow unit tests of our own logic; end-to-end tests use the
-real vLLM engine and the real broker.
+They stand in for the real engine only in narrow unit tests of our own logic; end-to-end tests use the
+real vLLM engine.
 """
 
 from __future__ import annotations
@@ -147,3 +148,27 @@ class FakeEngine:
             first_token_s=0.01,
             total_s=delay,
         )
+
+
+class FakeAsyncLLM:
+    """vLLM's ``AsyncLLM`` as :meth:`~daemon.engine.vllm_engine.Engine.stop` touches it: records, in
+    ``events``, the order in which its output handler is cancelled and the engine shut down.
+
+    Made inside a running event loop: like vLLM's, its output handler is a task started at once.
+    """
+
+    def __init__(self) -> None:
+        self.events: list[str] = []
+        self.output_handler = asyncio.create_task(self._handle_outputs())
+        self.errored = False
+
+    async def _handle_outputs(self) -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.events.append("output handler cancelled")
+            raise
+
+    def shutdown(self) -> None:
+        """Record the shutdown."""
+        self.events.append("shutdown")

@@ -1,0 +1,101 @@
+"""Real summaries: the daemon with a real instruction-tuned model (SmolLM2-135M-Instruct, built
+offline by ``docsumd make-demo-model``) over the watched folder.
+
+A 135 M model's wording cannot be asserted, and it is sometimes wrong; what real text must have can
+be: no chat-template tokens, words rather than token soup, a summary shorter than its document,
+generation that ends on its own for most short documents, bullet lines where bullets were asked
+for, and a staged document's parts and combine depth in its result. The tests' other engine runs use
+the tiny random model; this is the one test that needs real language.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from daemon.summary.prompts import PROMPT_VERSION
+from tests.corpus import corpus_text
+from tests.e2e.harness import DaemonProcess, Layout, drop_file, free_port, wait_for
+
+pytestmark = pytest.mark.engine
+
+# Short documents: one request each at a 2,048-token context.
+SHORT = ("legal-cal-ms-rl.txt", "legal-common-artistic.txt", "legal-cal-cc0-1.0.txt")
+BULLETS = "legal-cal-ofl-1.1.txt"  # asks for the shipped `bullets` profile
+STAGED = "paper-aclsum-w99-0615.txt"  # about 2,800 tokens: summarized in parts, then combined
+TEMPLATE_TOKEN = re.compile(r"<\|[a-z_]+\|>|<\|im_|im_end|im_start")
+BULLET_LINE = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+\S")
+
+
+@pytest.fixture
+def layout(tmp_path: Path, demo_model: Path) -> Layout:
+    """The folder layout of this module's daemon: the real demo model instead of the tiny one."""
+    return Layout(root=tmp_path, model=demo_model, metrics_port=free_port())
+
+
+def _words(text: str) -> list[str]:
+    return text.split()
+
+
+def _mostly_words(text: str) -> bool:
+    """At least 80% of the whitespace-separated tokens contain two letters in a row: English, not
+    the digits, symbols and fragments of random weights."""
+    tokens = _words(text)
+    return bool(tokens) and sum(1 for t in tokens if re.search(r"[^\W\d_]{2}", t)) >= 0.8 * len(tokens)
+
+
+def test_real_model_writes_real_summaries(
+    layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path
+) -> None:
+    layout.write_config(
+        **{
+            "engine.max_model_len": "2048",
+            "engine.max_num_batched_tokens": "2048",
+            "summary.max_summary_tokens": "160",
+        }
+    )
+    with layout.config.open("a", encoding="utf-8") as config:
+        config.write("\n[profiles.bullets]\n")  # the shipped profile, on
+    layout.inbox.mkdir(parents=True, exist_ok=True)
+    (layout.inbox / f"{BULLETS}.options.json").write_text(json.dumps({"profile": "bullets"}))
+    for name in (*SHORT, BULLETS, STAGED):
+        drop_file(layout.inbox, name, corpus_text(corpus, name))
+    daemon = start_daemon()
+    daemon.wait_ready(timeout=300)
+    names = {*SHORT, BULLETS, STAGED}
+    wait_for(lambda: names <= layout.inputs_in(layout.done), 600, "every document's result", interval=1.0)
+    daemon.signal(signal.SIGTERM)
+    assert daemon.wait_exit() == 0, daemon.log_tail()
+
+    results = {name: layout.result(name) for name in names}
+    for name, result in results.items():
+        summary = result["summary"]
+        print(f"--- {name} ({result['strategy']}, {result['finish_reason']}):\n{summary}\n")
+        assert result["prompt_version"] == PROMPT_VERSION
+        assert not TEMPLATE_TOKEN.search(summary), (name, summary)
+        assert _mostly_words(summary), (name, summary)
+        document_words = len(_words(corpus_text(corpus, name).decode()))
+        assert len(_words(summary)) < document_words / 2, (name, summary)
+
+    short = [results[name] for name in (*SHORT, BULLETS)]
+    assert all(result["parts"] == 1 for result in short), [r["parts"] for r in short]
+    # Most end at EOS within the budget instead of running out of tokens mid-sentence.
+    assert sum(result["finish_reason"] == "stop" for result in short) >= len(short) / 2, [
+        (r["finish_reason"], r["summary_tokens"]) for r in short
+    ]
+
+    bullets = results[BULLETS]
+    assert (bullets["profile"], bullets["style"]) == ("bullets", "bullets")
+    lines = [line for line in bullets["summary"].splitlines() if line.strip()]
+    assert sum(1 for line in lines if BULLET_LINE.match(line)) >= max(2, len(lines) // 2), bullets["summary"]
+
+    staged = results[STAGED]
+    assert staged["strategy"] == "map_reduce"
+    assert staged["parts"] >= 2, staged
+    assert staged["depth"] >= 2, staged
+    assert staged["dropped_tokens"] == 0

@@ -28,7 +28,8 @@ from typing import Final
 
 import structlog
 
-from daemon.document.decode import decode_document, sha256_hex
+from daemon.document.decode import sha256_hex
+from daemon.document.reader import DocumentReader
 from daemon.errors import DocumentError, EngineDeadError, SinkError
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import observe_failed, observe_profiles, observe_summarized
@@ -55,13 +56,14 @@ class DocumentPipeline:
         summarizer: Summarizer,
         *,
         model_name: str,
-        max_input_bytes: int,
+        reader: DocumentReader,
         on_finished: OnFinished | None = None,
     ) -> None:
-        """``model_name`` goes into every result; ``on_finished`` is told of each settled item."""
+        """``model_name`` goes into every result; ``reader`` turns each item's bytes into a checked
+        document (started and stopped by its owner); ``on_finished`` is told of each settled item."""
         self.summarizer = summarizer
         self.model_name = model_name
-        self.max_input_bytes = max_input_bytes
+        self.reader = reader
         self._on_finished = on_finished
         observe_profiles(summarizer.profiles.names)
 
@@ -72,13 +74,12 @@ class DocumentPipeline:
             profile: Profile | None = None
             try:
                 data = await item.load()
-                document = await asyncio.to_thread(
-                    decode_document,
+                document = await self.reader.read(
                     data,
                     doc_id=item.id,
                     source=item.source,
-                    max_input_bytes=self.max_input_bytes,
                     metadata=item.metadata,
+                    hint=item.format_hint,
                 )
                 options = parse_options(None if item.load_options is None else await item.load_options())
                 profile = self.summarizer.profiles.choose(options.profile, item.profile)

@@ -79,6 +79,11 @@ class Summary:
     finish_reason: str | None
     first_token_s: float | None
     engine_s: float
+    sources: tuple[dict[str, Any], ...] = ()
+    """Where in the document each request's text came from, in order: for a staged summary one entry
+    per part, else the one span (two for ``head_tail``) that was read. Each has ``part``, ``chars``
+    (``[start, end)`` in the document's text) and, for documents with a layout, ``pages`` and/or
+    ``section``/``headings`` (:meth:`~daemon.document.layout.Layout.source_of`)."""
 
     @property
     def truncated(self) -> bool:
@@ -120,6 +125,9 @@ def result_record(
         "sha256": document.sha256,
         "input_bytes": document.size_bytes,
         "encoding": document.encoding,
+        "format": document.format.value,
+        "extraction": document.extraction,
+        "sources": list(summary.sources),
         "metadata": document.metadata,
         "timings": {
             "queued_s": round(queued_s, 4),

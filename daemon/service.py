@@ -24,6 +24,9 @@ from typing import Any
 
 from daemon.config import Config
 from daemon.contracts import EngineClient, ReleasingSource, Source, TroubledSource
+from daemon.document.layout import ExtractLimits
+from daemon.document.reader import DocumentReader
+from daemon.document.sandbox import SandboxLimits
 from daemon.engine.admission import admission_for_engine
 from daemon.engine.byte_budget import ByteBudget, Holding
 from daemon.engine.progress import ProgressWatch
@@ -42,6 +45,29 @@ from daemon.work import WorkItem
 log = get_logger(__name__)
 
 _ENGINE_POLL_SECONDS = 2.0
+
+
+def build_reader(config: Config) -> DocumentReader:
+    """The document reader of ``config``: its ``[extract]`` limits, or no extraction when it is off."""
+    section = config.extract
+    sandbox = SandboxLimits(
+        workers=section.workers,
+        memory_bytes=section.memory_mib * 1024 * 1024,
+        cpu_seconds=section.cpu_seconds,
+        timeout_seconds=section.timeout_seconds,
+        max_tasks_per_worker=section.max_tasks_per_worker,
+    )
+    extract = ExtractLimits(
+        max_pages=section.max_pages,
+        max_output_chars=section.max_output_chars,
+        max_unpacked_bytes=section.max_unpacked_bytes,
+        max_compression_ratio=section.max_compression_ratio,
+    )
+    return DocumentReader(
+        max_input_bytes=config.limits.max_input_bytes,
+        sandbox=sandbox if section.enabled else None,
+        extract=extract,
+    )
 
 
 class Stats:
@@ -71,16 +97,20 @@ class Service:
         sources: list[Source] | None = None,
         on_finished: OnFinished | None = None,
         notifier: SystemdNotifier | None = None,
+        reader: DocumentReader | None = None,
     ) -> None:
         """Everything not passed in is built from ``config``: the vLLM ``engine``, the served model's
         ``tokenizer``, the ``profiles`` with their context budgets
         (:func:`~daemon.summary.profiles.build_profiles`, checked before the engine starts) and the
         ``sources`` (:func:`~daemon.factory.build_sources`). ``on_finished(item, outcome)`` is told
         of each finished document (outcome ``ok`` or a failure reason), e.g. for a progress bar;
-        ``notifier`` tells systemd of readiness, the drain and the status, and pings its watchdog."""
+        ``notifier`` tells systemd of readiness, the drain and the status, and pings its watchdog;
+        ``reader`` reads every input's bytes (:class:`~daemon.document.reader.DocumentReader`, whose
+        extraction workers start with the first document that needs them)."""
         self.config = config
         self.engine: EngineClient = engine if engine is not None else Engine(config.engine)
         self.sources: list[Source] = sources if sources is not None else build_sources(config)
+        self.reader = reader or build_reader(config)
         self._tokenizer = tokenizer
         self._profiles = profiles
         self._on_finished = on_finished
@@ -152,6 +182,7 @@ class Service:
                     where = f"{self.metrics.host}:{self.metrics.port}"
                     raise FatalError(f"cannot serve metrics on {where}: {exc.strerror or exc}") from exc
             tokenizer, profiles = await self._prepare_profiles()
+            await self.reader.start()
             await self._start_engine(tokenizer, profiles)
             if self._stop_requested.is_set():
                 return
@@ -257,7 +288,7 @@ class Service:
         return DocumentPipeline(
             summarizer,
             model_name=config.engine.model_name,
-            max_input_bytes=config.limits.max_input_bytes,
+            reader=self.reader,
             on_finished=self._on_finished,
         )
 
@@ -271,6 +302,7 @@ class Service:
             await source.stop()
         await self.engine.stop()
         ENGINE_UP.set(0)
+        await self.reader.stop()
         if self.metrics is not None:
             await self.metrics.stop()
         elapsed = time.monotonic() - self.stats.started_at

@@ -43,6 +43,9 @@ class WorkItem:
     profile: str | None = None
     """The profile its source chose (a name from the config); None: ``summary.profile``. The
     document's own options may still choose another (:meth:`daemon.summary.profiles.Profiles.choose`)."""
+    format_hint: str | None = None
+    """What its source says the format is (a file name's suffix, a Kafka ``content-type``): a hint to
+    :func:`~daemon.document.formats.detect_format`, which reads the bytes first."""
     received_at: float = field(default_factory=time.monotonic)
     settled: bool = False
     size: int | None = None

@@ -7,7 +7,9 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
 =================  ==========================================================================
 ``empty``          zero bytes
 ``whitespace_only`` nothing but whitespace (including no-break spaces) after decoding
-``too_large``      over ``limits.max_input_bytes`` (Kafka: a value over ``max_message_bytes``, a
+``too_large``      over ``limits.max_input_bytes`` (extracted text: as UTF-8; a PDF over
+                   ``extract.max_pages``, a ZIP unpacking over ``extract.max_unpacked_bytes`` or
+                   ``extract.max_compression_ratio``; Kafka: a value over ``max_message_bytes``, a
                    key or ``id`` over ``max_key_bytes``, headers over ``max_header_bytes``, or a
                    result that would not fit ``max_request_bytes``)
 ``binary``         not text: compressed or other binary formats, random bytes
@@ -24,6 +26,12 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
 ``too_long``       needs more than ``summary.max_parts`` parts (set by the summarizer)
 ``invalid_options`` the document's own options (sidecar, message fields) are not valid
 ``internal_error`` a bug met on this document (logged with its traceback)
+``encrypted``      a password-protected PDF, DOCX or ODT (its text cannot be read without the key)
+``malformed``      a PDF, DOCX, ODT or HTML file that cannot be parsed: truncated, corrupt, garbage
+                   behind its signature, XML with entity declarations or nested too deeply
+``no_text``        a PDF, DOCX, ODT or HTML file with no text in it (a scanned PDF: there is no OCR)
+``extract_failed`` the extraction worker died or overran on this input: over its memory, CPU-time or
+                   wall-clock limit (``extract.*``), or crashed; the worker is replaced
 ``invalid_message`` a Kafka message that is not a document (bad JSON or JSON nested too deeply
                    to parse, no text, no value, a header whose value is null, an ``id`` or
                    ``text`` holding a lone surrogate)
@@ -39,6 +47,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from daemon.document.layout import NO_LAYOUT, Format, Layout
 from daemon.errors import DocumentError
 from daemon.ops.fd_exhaustion import is_fd_exhaustion, retry_on_fd_exhaustion
 
@@ -82,6 +91,12 @@ class Document:
     size_bytes: int
     encoding: str
     metadata: dict[str, Any] = field(default_factory=dict)
+    format: Format = Format.TEXT
+    """The format its bytes were read as (detected from them: :mod:`daemon.document.formats`)."""
+    layout: Layout = NO_LAYOUT
+    """Where its pages and headings start in ``text`` (the provenance of a staged summary's parts)."""
+    extraction: dict[str, Any] = field(default_factory=dict)
+    """What extraction recorded (pages, extractor); empty for text formats."""
 
 
 def sha256_hex(data: bytes) -> str:
@@ -134,6 +149,12 @@ def decode_text(data: bytes, max_input_bytes: int) -> tuple[str, str]:
         _refuse_binary(data)
         text = _decode_strict(data, "utf-8", "UTF-8")
         codec = "utf-8"
+    check_text(text)
+    return text, codec
+
+
+def check_text(text: str) -> None:
+    """The checks of decoded text: no NUL characters, not whitespace only. Raises DocumentError."""
     if "\x00" in text:
         position = text.index("\x00")
         raise DocumentError(
@@ -143,7 +164,6 @@ def decode_text(data: bytes, max_input_bytes: int) -> tuple[str, str]:
         )
     if not text.strip():
         raise DocumentError("whitespace_only", "input contains only whitespace")
-    return text, codec
 
 
 def decode_document(

@@ -117,6 +117,24 @@ KAFKA_REFUSED_RECORDS = Counter(
 INFLIGHT_BYTES = Gauge(
     "docsumd_inflight_bytes", "Input bytes of the documents read and in progress (limits.max_inflight_bytes)."
 )
+DOCUMENT_FORMATS = Counter(
+    "docsumd_document_formats",
+    "Inputs read, by the format detected from their bytes (text, markdown, rst, html, pdf, docx, odt, "
+    "or unknown: refused as binary).",
+    ["format"],
+)
+EXTRACTIONS = Counter(
+    "docsumd_extractions",
+    "Extractions in the sandboxed workers, by format and outcome (ok or a failure reason).",
+    ["format", "outcome"],
+)
+EXTRACTION_SECONDS = Histogram(
+    "docsumd_extraction_seconds",
+    "Wall-clock time of one extraction, waiting for a free worker included.",
+    ["format"],
+    buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
+)
+EXTRACTED_PAGES = Counter("docsumd_extracted_pages", "PDF pages whose text was extracted.")
 READY = Gauge("docsumd_ready", "1 once the engine is warm and the sources run, 0 while starting or draining.")
 # By profile: separate families, so the series (and queries) of the metrics above keep their labels.
 # The label's values are the config's profile names only (see daemon/summary/profiles.py, Profiles.label).

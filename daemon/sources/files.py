@@ -61,6 +61,7 @@ class FilesSource:
                 on_fail=lambda record, name=name: self._fail(name, record),  # type: ignore[misc]
                 metadata={"path": str(path)},
                 profile=self.profile,
+                format_hint=path.name,
             )
 
     async def _complete(self, name: str, record: Record) -> None:

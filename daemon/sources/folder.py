@@ -563,6 +563,7 @@ class FolderSource(Lifecycle):
             metadata=name_fields(claim.name),
             load_options=lambda: self._load_options(claim),
             profile=self.config.profile,
+            format_hint=display_name(claim.name),
         )
 
     async def _load(self, claim: Claim) -> bytes:

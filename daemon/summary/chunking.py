@@ -296,7 +296,18 @@ def head_tail_ids(tokens: TokenizedText, budget: int, gap_ids: list[int]) -> lis
     """The first and last parts of the text, ``gap_ids`` (an omission mark) between, ``budget`` in all."""
     if len(tokens) <= budget:
         return list(tokens.ids)
-    room = budget - len(gap_ids)
-    head = room - room // 2
-    tail = room // 2
+    head, tail = _head_tail_sizes(budget - len(gap_ids))
     return [*tokens.ids[:head], *gap_ids, *tokens.ids[len(tokens) - tail :]]
+
+
+def head_tail_spans(tokens: TokenizedText, room: int) -> list[tuple[int, int]]:
+    """The character ranges that :func:`head_tail_ids` keeps with ``room`` tokens of text (the budget
+    less the gap mark): one range when the whole text fits."""
+    if len(tokens) <= room:
+        return [(0, len(tokens.text))]
+    head, tail = _head_tail_sizes(room)
+    return [(0, tokens.char_at(head)), (tokens.char_at(len(tokens) - tail), len(tokens.text))]
+
+
+def _head_tail_sizes(room: int) -> tuple[int, int]:
+    return room - room // 2, room // 2

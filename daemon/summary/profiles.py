@@ -43,7 +43,7 @@ import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from daemon.config import Config, ProfileConfig, SummaryConfig, read_config_file
 from daemon.contracts import Sampling
@@ -219,7 +219,7 @@ def instructions_of(profile: ProfileConfig) -> Instructions:
 def profile_version(instructions: Instructions, summary: SummaryConfig) -> str:
     """The version of a profile's wording and sampling (see the module's doc)."""
     sampling = summary_sampling(summary)
-    payload = {
+    payload: dict[str, Any] = {
         "instructions": dataclasses.asdict(instructions),
         "sampling": {
             "temperature": sampling.temperature,
@@ -231,6 +231,8 @@ def profile_version(instructions: Instructions, summary: SummaryConfig) -> str:
             "seed": sampling.seed,
         },
     }
+    if summary.opening_tokens:  # what the final combine step reads; absent when 0 (older versions hold)
+        payload["opening_tokens"] = summary.opening_tokens
     canonical = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:VERSION_DIGITS]
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 if TYPE_CHECKING:  # only a type here
     from daemon.typing import Style
 
-PROMPT_VERSION: Final = "summary-v3"
+PROMPT_VERSION: Final = "summary-v4"
 
 SYSTEM_INSTRUCTION: Final = (
     "You are a careful analyst who summarizes long documents: contracts, legal texts, scientific papers "

@@ -37,7 +37,14 @@ from daemon.engine.admission import AdmissionControl
 from daemon.errors import DocumentError, RequestError
 from daemon.ops.metrics import ENGINE_REQUESTS
 from daemon.records import Summary, request_id
-from daemon.summary.chunking import TokenizedText, head_ids, head_tail_ids, split_into_chunks, tokenize_text
+from daemon.summary.chunking import (
+    TokenizedText,
+    head_ids,
+    head_tail_ids,
+    head_tail_spans,
+    split_into_chunks,
+    tokenize_text,
+)
 from daemon.summary.options import NO_OPTIONS, SummaryOptions
 from daemon.summary.profiles import Profile, Profiles
 from daemon.summary.prompts import PROMPT_VERSION, ChatTokenizer, PromptKind
@@ -47,6 +54,9 @@ T = TypeVar("T")
 
 _MAX_DEPTH: Final = 12  # a guard: combining at least halves the count per level, so 2**11 parts at most
 _GAP_TEXT: Final = "\n\n[...]\n\n"
+_OPENING_LABEL: Final = "[The opening of the document, verbatim]\n"
+_OPENING_END: Final = "\n[...]\n\n"
+_MIN_OPENING_TOKENS: Final = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,8 +135,10 @@ class _DocumentRun:
         depth: int,
         tokens: int,
         dropped: int,
+        spans: Iterable[tuple[int, int]],
     ) -> Summary:
-        """The document's summary from its final request and the counters."""
+        """The document's summary from its final request and the counters; ``spans`` are the character
+        ranges of the document that its requests read (the result's ``sources``)."""
         return Summary(
             text=tidy(final.text),
             strategy=strategy,
@@ -147,7 +159,13 @@ class _DocumentRun:
             finish_reason=final.finish_reason,
             first_token_s=self.first_token_s,
             engine_s=time.monotonic() - self.started,
+            sources=tuple(self.source(index, span) for index, span in enumerate(spans, 1)),
         )
+
+    def source(self, part: int, span: tuple[int, int]) -> dict[str, Any]:
+        """Where part ``part`` (the characters ``span``) of the document came from."""
+        start, end = span
+        return {"part": part, "chars": [start, end], **self._document.layout.source_of(start, end)}
 
 
 class Summarizer:
@@ -215,12 +233,24 @@ class Summarizer:
                 PromptKind.DOCUMENT, tokens.ids, style=plan.style, max_tokens=plan.max_tokens
             )
             return run.summary(
-                final, plan=plan, strategy="single", parts=1, depth=1, tokens=len(tokens), dropped=0
+                final,
+                plan=plan,
+                strategy="single",
+                parts=1,
+                depth=1,
+                tokens=len(tokens),
+                dropped=0,
+                spans=[(0, len(tokens.text))],
             )
         if plan.strategy == "map_reduce":
             return await self._map_reduce(run, tokens, plan)
         kept = (
             head_ids(tokens, room) if plan.strategy == "head" else head_tail_ids(tokens, room, self._gap_ids)
+        )
+        spans = (
+            [(0, tokens.char_at(room))]
+            if plan.strategy == "head"
+            else head_tail_spans(tokens, room - len(self._gap_ids))
         )
         final = await run.generate(PromptKind.DOCUMENT, kept, style=plan.style, max_tokens=plan.max_tokens)
         kept_tokens = len(kept) - (len(self._gap_ids) if plan.strategy == "head_tail" else 0)
@@ -232,6 +262,7 @@ class Summarizer:
             depth=1,
             tokens=len(tokens),
             dropped=len(tokens) - kept_tokens,
+            spans=spans,
         )
 
     async def _map_reduce(self, run: _DocumentRun, tokens: TokenizedText, plan: _Plan) -> Summary:
@@ -258,13 +289,19 @@ class Summarizer:
             run.generate(PromptKind.PART, chunk.token_ids, style="prose", max_tokens=part_tokens)
             for chunk in chunks
         )
+        spans = [(chunk.char_start, chunk.char_end) for chunk in chunks]
         entries = [
-            self._entry(i, generation.text, part_tokens) for i, generation in enumerate(generations, 1)
+            self._entry(i, generation.text, part_tokens, where=_where(run.source(i, span)))
+            for i, (generation, span) in enumerate(zip(generations, spans, strict=True), 1)
         ]
         combining = budget.combining(plan.style, plan.max_tokens)
         step_tokens = combining.step_tokens
         depth = 2
-        while sum(map(len, entries)) > combining.final_room:
+        wanted_opening = plan.profile.summary.opening_tokens
+        # The opening's room is kept free of notes (at most half the final request's, which still holds
+        # any one note: budget rule 3), so the notes are combined once more rather than crowd it out.
+        opening_room = min(self._opening_cost(wanted_opening), combining.final_room // 2)
+        while sum(map(len, entries)) > combining.final_room - opening_room:
             if depth >= _MAX_DEPTH:  # pragma: no cover - cannot happen with the room checked at start
                 raise DocumentError("internal_error", "staged summary did not converge")
             groups = _group(entries, combining.step_room)
@@ -282,9 +319,11 @@ class Summarizer:
                 self._entry(i, generation.text, step_tokens) for i, generation in enumerate(generations, 1)
             ]
             depth += 1
+        notes = [i for entry in entries for i in entry]
+        opening = self._opening(tokens, wanted_opening, combining.final_room - len(notes))
         final = await run.generate(
             PromptKind.COMBINE,
-            [i for entry in entries for i in entry],
+            [*opening, *notes],
             style=plan.style,
             max_tokens=plan.max_tokens,
             urgent=True,
@@ -297,14 +336,47 @@ class Summarizer:
             depth=depth,
             tokens=len(tokens),
             dropped=0,
+            spans=spans,
         )
 
-    def _entry(self, index: int, text: str, limit: int) -> list[int]:
-        """One summary as combine input: a label, then the text without its chat frame (:func:`tidy`),
-        cut to ``limit``, what was asked of it: decoding and encoding again can come out a few tokens
-        longer."""
+    def _opening_cost(self, wanted: int) -> int:
+        """Tokens an opening of ``wanted`` tokens takes in a request, labels included (0 for none)."""
+        if wanted < _MIN_OPENING_TOKENS:
+            return 0
+        return wanted + len(self.encode(_OPENING_LABEL)) + len(self.encode(_OPENING_END))
+
+    def _opening(self, tokens: TokenizedText, wanted: int, room: int) -> list[int]:
+        """The document's first ``wanted`` tokens, labelled, for the final combine request, cut to its
+        ``room`` left beside the notes; nothing when fewer than :data:`_MIN_OPENING_TOKENS` fit."""
+        label, gap = self.encode(_OPENING_LABEL), self.encode(_OPENING_END)
+        take = min(wanted, room - len(label) - len(gap))
+        if take < _MIN_OPENING_TOKENS:
+            return []
+        return [*label, *tokens.ids[:take], *gap]
+
+    def _entry(self, index: int, text: str, limit: int, where: str = "") -> list[int]:
+        """One summary as combine input: a label (with the part's pages or section, ``where``, when the
+        document has a layout), then the text without its chat frame (:func:`tidy`), cut to ``limit``,
+        what was asked of it: decoding and encoding again can come out a few tokens longer."""
         body = self.encode(tidy(text))[:limit]
-        return [*self.encode(f"[Part {index}]\n"), *body, *self.encode("\n\n")]
+        label = f"[Part {index}{': ' + where if where else ''}]\n"
+        return [*self.encode(label), *body, *self.encode("\n\n")]
+
+
+_WHERE_CHARS: Final = 120
+"""A part label's pages or section is cut to this many characters: headings come from the input."""
+
+
+def _where(source: dict[str, Any]) -> str:
+    """A part's pages or section as its label in a combine request shows it ("" without a layout)."""
+    if "pages" in source:
+        first, last = source["pages"]
+        where = f"page {first}" if first == last else f"pages {first}-{last}"
+    elif source.get("section") or source.get("headings"):
+        where = " > ".join(source.get("section") or source["headings"][:1])
+    else:
+        return ""
+    return where if len(where) <= _WHERE_CHARS else where[: _WHERE_CHARS - 1] + "…"
 
 
 def _group(entries: list[list[int]], room: int) -> list[list[list[int]]]:

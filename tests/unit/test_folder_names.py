@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from daemon.config import Config, EngineConfig, FolderSourceConfig, SummaryConfig
+from daemon.document.reader import DocumentReader
 from daemon.engine.admission import Admission, AdmissionLimits
 from daemon.fs.names import MAX_NAME_BYTES, record_stem
 from daemon.pipeline import OK, DocumentPipeline
@@ -71,7 +72,8 @@ def make_pipeline(tokenizer: Any) -> DocumentPipeline:
     )
     profiles = build_profiles(config, tokenizer)
     summarizer = Summarizer(engine, tokenizer, config.summary, profiles=profiles, admission=admission)
-    return DocumentPipeline(summarizer, model_name="tiny", max_input_bytes=1 << 20)
+    reader = DocumentReader(max_input_bytes=1 << 20)
+    return DocumentPipeline(summarizer, model_name="tiny", reader=reader)
 
 
 def exact_name(fields: dict[str, Any]) -> bytes:

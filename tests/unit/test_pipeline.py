@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from daemon.config import Config, EngineConfig, ProfileConfig, SummaryConfig
+from daemon.document.reader import DocumentReader
 from daemon.engine.admission import Admission, AdmissionLimits
 from daemon.errors import DocumentError, EngineDeadError, RequestError, SinkError
 from daemon.ops.metrics import PROFILE_DOCUMENTS
@@ -53,7 +54,7 @@ def pipeline(engine: FakeEngine, tokenizer: Any, finished: list[tuple[str, str]]
     return DocumentPipeline(
         summarizer,
         model_name="tiny",
-        max_input_bytes=1 << 20,
+        reader=DocumentReader(max_input_bytes=1 << 20),
         on_finished=lambda item, outcome: finished.append((item.id, outcome)),
     )
 

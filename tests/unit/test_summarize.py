@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import re
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from daemon.config import Config, EngineConfig, ProfileConfig, SummaryConfig
 from daemon.document.decode import Document, sha256_hex
+from daemon.document.layout import Format, Heading, Layout
 from daemon.engine.admission import Admission, AdmissionLimits
 from daemon.errors import DocumentError, RequestError
 from daemon.summary.chunking import split_into_chunks, tokenize_text
@@ -58,7 +60,9 @@ def make_summarizer(
     admission: Admission | None = None,
     **config: Any,
 ) -> Summarizer:
-    settings: dict[str, Any] = {"max_summary_tokens": 64, "chunk_overlap_tokens": 32} | config
+    # No opening in the final combine unless a test asks (its own test): the rest count notes exactly.
+    settings: dict[str, Any] = {"max_summary_tokens": 64, "chunk_overlap_tokens": 32, "opening_tokens": 0}
+    settings |= config
     summary_config = SummaryConfig(**settings)
     return Summarizer(
         engine,
@@ -601,3 +605,121 @@ async def test_document_options_override_the_profiles_defaults(tokenizer: Any) -
         profile=profiles.get("brief"),
     )
     assert (summary.profile, summary.style, summary.max_summary_tokens) == ("brief", "prose", 32)
+
+
+# -- provenance: where each part came from -------------------------------------------------------
+
+
+def paged_document(pages: int, paragraphs_per_page: int = 6) -> Document:
+    """A document as the PDF extractor writes one: pages separated by form feeds, a Layout that
+    records where each starts."""
+    texts = [long_text(paragraphs_per_page).replace("Clause", f"Page{page} clause") for page in range(pages)]
+    text = "\f".join(texts)
+    starts = [0]
+    for page_text in texts[:-1]:
+        starts.append(starts[-1] + len(page_text) + 1)
+    document = make_document(text, "paged.pdf")
+    return dataclasses.replace(document, format=Format.PDF, layout=Layout(page_starts=tuple(starts)))
+
+
+async def test_a_staged_summary_records_each_parts_pages_and_labels_its_notes_with_them(
+    tokenizer: Any,
+) -> None:
+    engine = replying_engine()
+    summarizer = make_summarizer(tokenizer, engine, max_model_len=1024)
+    document = paged_document(12)
+
+    summary = await summarizer.summarize(document)
+
+    assert summary.parts > 2
+    assert [source["part"] for source in summary.sources] == list(range(1, summary.parts + 1))
+    previous_end = 0
+    for source in summary.sources:
+        start, end = source["chars"]
+        assert start <= previous_end < end  # consecutive, overlapping or touching
+        first, last = source["pages"]
+        # The pages are those of the part's first and last characters: count the page breaks before.
+        assert first == document.text[:start].count("\f") + 1
+        assert last == document.text[: end - 1].count("\f") + 1
+        previous_end = end
+    assert summary.sources[0]["pages"][0] == 1
+    assert summary.sources[-1]["pages"][1] == 12
+    assert summary.sources[-1]["chars"][1] == len(document.text)
+    combined = tokenizer.decode(
+        body_of(summarizer, engine.calls[-1], PromptKind.COMBINE, style="prose", max_tokens=64)
+    )
+    labels = re.findall(r"\[Part (\d+): pages? (\d+)(?:-(\d+))?\]", combined)
+    assert [int(part) for part, _, _ in labels] == list(range(1, summary.parts + 1))
+
+
+async def test_a_text_document_records_character_spans_only_and_its_labels_are_unchanged(
+    tokenizer: Any,
+) -> None:
+    engine = replying_engine()
+    summarizer = make_summarizer(tokenizer, engine, max_model_len=1024)
+
+    summary = await summarizer.summarize(make_document(long_text(150)))
+
+    assert all(set(source) == {"part", "chars"} for source in summary.sources)
+    combined = tokenizer.decode(
+        body_of(summarizer, engine.calls[-1], PromptKind.COMBINE, style="prose", max_tokens=64)
+    )
+    assert re.findall(r"\[Part [^\]]*\]", combined) == [f"[Part {n}]" for n in range(1, summary.parts + 1)]
+
+
+async def test_a_headed_document_records_each_parts_section(tokenizer: Any) -> None:
+    sections = [f"# Chapter {n}\n\n" + long_text(12) for n in range(1, 6)]
+    text = "".join(sections)
+    headings = []
+    offset = 0
+    for n, section in enumerate(sections, 1):
+        headings.append(Heading(level=1, title=f"Chapter {n}", start=offset))
+        offset += len(section)
+    document = dataclasses.replace(
+        make_document(text, "book.md"), format=Format.MARKDOWN, layout=Layout(headings=tuple(headings))
+    )
+    engine = replying_engine()
+    summarizer = make_summarizer(tokenizer, engine, max_model_len=1024)
+
+    summary = await summarizer.summarize(document)
+
+    assert summary.parts > 2
+    assert summary.sources[0]["section"] == ["Chapter 1"]
+    assert summary.sources[-1]["section"][0].startswith("Chapter")
+    # Every heading starts inside some part (one in an overlap, inside two).
+    assert {title for source in summary.sources for title in source["headings"]} == {
+        f"Chapter {n}" for n in range(1, 6)
+    }
+
+
+async def test_truncating_strategies_record_the_spans_they_read(tokenizer: Any) -> None:
+    document = paged_document(12)
+    for strategy, spans in (("head", 1), ("head_tail", 2)):
+        engine = replying_engine()
+        summarizer = make_summarizer(tokenizer, engine, max_model_len=1024, strategy=strategy)
+        summary = await summarizer.summarize(document)
+        assert len(summary.sources) == spans
+        assert summary.sources[0]["chars"][0] == 0
+        assert summary.sources[0]["pages"][0] == 1
+        if spans == 2:
+            assert summary.sources[1]["chars"][1] == len(document.text)
+            assert summary.sources[1]["pages"][1] == 12
+        else:
+            assert summary.sources[0]["pages"][1] < 12
+
+
+async def test_the_final_combine_reads_the_documents_opening_when_asked_and_it_fits(tokenizer: Any) -> None:
+    text = long_text(150)
+    opening_ids = tokenize_text(tokenizer, text).ids[:100]
+    for wanted, expected in ((0, 0), (100, 100), (10, 0)):  # 10: under the 32-token minimum
+        engine = replying_engine()
+        summarizer = make_summarizer(tokenizer, engine, max_model_len=1024, opening_tokens=wanted)
+        await summarizer.summarize(make_document(text))
+        final = engine.calls[-1]
+        body = body_of(summarizer, final, PromptKind.COMBINE, style="prose", max_tokens=64)
+        decoded = tokenizer.decode(body)
+        assert ("[The opening of the document, verbatim]" in decoded) is (expected > 0)
+        if expected:
+            assert find(body, opening_ids, 0) >= 0
+            assert decoded.index("verbatim]") < decoded.index("[Part 1]")
+        assert len(final.prompt) + final.max_tokens <= 1024

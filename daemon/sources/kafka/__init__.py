@@ -1,10 +1,12 @@
 """The Kafka source: a consumer group reading documents; results and dead letters go back to Kafka.
 
 **Input.** A message's value is either a JSON object ``{"id": ..., "text": ..., "options": {...}}``
-(``id`` and ``options`` optional; options as in :mod:`daemon.summary.options`) or plain UTF-8 text whose
-document id is the message key. A value whose first non-blank byte is ``{`` is read as JSON, unless
-the ``content-type`` header says ``text/plain`` (``application/json`` forces JSON). Without an id or
-a key, the id is ``TOPIC-PARTITION-OFFSET``. The message's headers, key and coordinates go into the
+(``id`` and ``options`` optional; options as in :mod:`daemon.summary.options`) or the document's raw
+bytes, whose id is the message key: plain UTF-8 text, Markdown, HTML, or a PDF, DOCX or ODT file,
+the format detected from the bytes (:mod:`daemon.document.formats`; a ``content-type`` header such as
+``application/pdf`` is a hint only). A value whose first non-blank byte is ``{`` is read as JSON,
+unless the ``content-type`` header names another type (``application/json`` forces JSON). Without an
+id or a key, the id is ``TOPIC-PARTITION-OFFSET``. The message's headers, key and coordinates go into the
 work item's metadata, so they reach the result record. A malformed message (bad JSON or JSON nested
 too deeply to parse, no text, a tombstone, a header whose value is null) fails with reason
 ``invalid_message``; a value over ``max_message_bytes``, a key or id over ``max_key_bytes`` or headers

@@ -165,10 +165,10 @@ def _quoted(name: str) -> str:
 
 def _is_json(value: bytes, headers: Sequence[tuple[str, bytes | None]]) -> bool:
     # The content-type header wins; without one, a value that looks like an object is one.
-    content_type = header_value(headers, "content-type") or ""
+    content_type = (header_value(headers, "content-type") or "").strip().lower()
     if content_type.startswith("application/json"):
         return True
-    if content_type.startswith("text/"):
+    if content_type:  # text/..., application/pdf and the like: the document itself
         return False
     return value.lstrip()[:1] == b"{"
 

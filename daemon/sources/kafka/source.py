@@ -34,6 +34,7 @@ from daemon.sources.kafka.messages import (
     OutputTopics,
     ParsedMessage,
     dead_letter_output,
+    header_value,
     message_bytes,
     message_coordinates,
     message_metadata,
@@ -282,6 +283,7 @@ class KafkaSource(Lifecycle):
             load_options=load_options,
             size=len(parsed.text or b""),
             profile=self.config.profile_for(entry.message.topic),
+            format_hint=header_value(entry.message.headers, "content-type"),
         )
 
     # -- acknowledgement: the committer writes or holds the output, then the offset is finished ---

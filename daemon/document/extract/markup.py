@@ -1,0 +1,510 @@
+"""The heading-line text convention (:mod:`daemon.document.layout`): writing it, and finding the
+headings of the text formats that already have them (Markdown, reStructuredText).
+
+* :class:`TextWriter` is what the extractors (DOCX, ODT, HTML) write their text with: headings as
+  ``## Title`` lines, paragraphs and blocks separated by a blank line, the heading offsets recorded
+  as they are written, and the output limit enforced as the text grows (never after the fact).
+* :func:`scan_markdown` and :func:`scan_rst` find the headings of a decoded Markdown or reST text
+  without changing it (offsets into it), and count the marks that format detection weighs
+  (:mod:`daemon.document.formats`).
+
+Everything here is linear in the text and uses the standard library only: the text formats are read
+in the daemon's own process, not in an extraction worker, so nothing here may be slow on hostile input.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from daemon.document.layout import Extracted, Format, Heading, Layout
+from daemon.errors import DocumentError
+
+MAX_HEADING_LEVEL: Final = 6
+"""Deeper headings are written and recorded at this level: the chunker reads ``#`` to ``######``."""
+MAX_TITLE_CHARS: Final = 300
+"""A "heading" longer than this is not one (a whole paragraph styled as a heading, or hostile input):
+it is written as a paragraph, and not recorded, since every result's ``sources`` may repeat a title."""
+MAX_HEADINGS: Final = 10_000
+"""Headings recorded in a layout at most; later ones stay in the text but not in the layout, whose
+look-ups (:meth:`Layout.heading_path`) are linear in the number of headings."""
+
+# C0/C1 controls (tab and line breaks included: they become spaces in a line of text), no-break and
+# other odd spaces: everything that ``str.split`` might not treat as a word break, or that must not
+# reach the text (a form feed is the page separator, and only PDF text has pages).
+# (A regular expression, not str.translate: translate looks every character up in a dict.)
+_CONTROLS: Final = re.compile("[\x00-\x1f\x7f-\x9f]+")
+
+
+def one_line(text: str) -> str:
+    """``text`` as one line: control characters out, every run of whitespace one space, stripped."""
+    return " ".join(_CONTROLS.sub(" ", text).split())
+
+
+class TextWriter:
+    """Builds an extractor's text in the heading-line convention, with its layout.
+
+    Blocks (headings, paragraphs, line blocks such as a list or a table) are separated by one blank
+    line. Over ``max_chars`` characters it raises ``DocumentError("too_large")`` at once, so a
+    document that would extract to gigabytes fails before its text is built."""
+
+    def __init__(self, max_chars: int) -> None:
+        self._max_chars = max_chars
+        self._parts: list[str] = []
+        self._length = 0
+        self._headings: list[Heading] = []
+        self._headings_over_limit = 0
+
+    @property
+    def length(self) -> int:
+        """Characters written so far."""
+        return self._length
+
+    def heading(self, level: int, title: str) -> None:
+        """A heading line (``level`` clamped to 1..6); an empty title writes nothing, one longer than
+        :data:`MAX_TITLE_CHARS` is written as a paragraph."""
+        title = one_line(title)
+        if not title:
+            return
+        if len(title) > MAX_TITLE_CHARS:
+            self._append(title)
+            return
+        level = min(max(level, 1), MAX_HEADING_LEVEL)
+        start = self._append("#" * level + " " + title)
+        if len(self._headings) < MAX_HEADINGS:
+            self._headings.append(Heading(level=level, title=title, start=start))
+        else:
+            self._headings_over_limit += 1
+
+    def paragraph(self, text: str) -> None:
+        """A paragraph: its whitespace made single spaces; an empty one writes nothing."""
+        line = one_line(text)
+        if line:
+            self._append(line)
+
+    def lines(self, lines: Iterable[str]) -> None:
+        """A block of lines (list items, table rows), one per line; empty lines are left out."""
+        kept = [line for line in (one_line(line) for line in lines) if line]
+        if kept:
+            self._append("\n".join(kept))
+
+    def preformatted(self, text: str) -> None:
+        """Preformatted text (code): its lines kept, each without control characters or trailing
+        space, blank ones left out (so no line inside it reads as a heading after a blank line)."""
+        text = _PREFORMATTED.sub(" ", text.replace("\r", "").replace("\t", "    "))
+        kept = [line.rstrip() for line in text.split("\n")]
+        self.lines_verbatim(line for line in kept if line.strip())
+
+    def lines_verbatim(self, lines: Iterable[str]) -> None:
+        """A block of lines already clean (no line breaks or controls in them), kept as they are."""
+        block = "\n".join(lines)
+        if block:
+            self._append(block)
+
+    def finish(self, fmt: Format, what: str, details: dict[str, Any] | None = None) -> Extracted:
+        """The text and layout written, or ``DocumentError("no_text")`` when nothing was.
+
+        ``what`` names the document for that message ("this DOCX file")."""
+        if not self._parts:
+            raise DocumentError("no_text", f"{what} holds no text")
+        recorded: dict[str, Any] = dict(details or {})
+        if self._headings_over_limit:
+            recorded["headings_not_in_layout"] = self._headings_over_limit
+        return Extracted(
+            text="".join(self._parts),
+            format=fmt,
+            layout=Layout(headings=tuple(self._headings)),
+            details=recorded,
+        )
+
+    def _append(self, block: str) -> int:
+        separator = "\n\n" if self._parts else ""
+        start = self._length + len(separator)
+        end = start + len(block)
+        if end > self._max_chars:
+            raise DocumentError(
+                "too_large",
+                f"the extracted text is over the limit of {self._max_chars} characters "
+                "(extract.max_output_chars)",
+            )
+        if separator:
+            self._parts.append(separator)
+        self._parts.append(block)
+        self._length = end
+        return start
+
+
+# In preformatted text line breaks stay and a tab is four spaces; other controls become spaces.
+_PREFORMATTED: Final = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+_ROMAN: Final = (
+    (1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "xc"),
+    (50, "l"), (40, "xl"), (10, "x"), (9, "ix"), (5, "v"), (4, "iv"), (1, "i"),
+)  # fmt: skip
+
+
+def list_label(number: int, style: str) -> str:
+    """``number`` as a list counter in ``style``: a WordprocessingML ``numFmt`` (``decimal``,
+    ``decimalZero``, ``lowerLetter``, ``upperLetter``, ``lowerRoman``, ``upperRoman``, ``none``) or an
+    HTML ``<ol type>`` (``1``, ``a``, ``A``, ``i``, ``I``); other styles count in decimal."""
+    if style == "none":
+        return ""
+    if style in ("lowerLetter", "upperLetter", "a", "A") and number > 0:
+        # a..z, then aa..zz, as word processors do
+        letters = chr(ord("a") + (number - 1) % 26) * ((number - 1) // 26 + 1)
+        return letters.upper() if style in ("upperLetter", "A") else letters
+    if style in ("lowerRoman", "upperRoman", "i", "I") and 0 < number < 4000:
+        roman = ""
+        for value, digits in _ROMAN:
+            count, number = divmod(number, value)
+            roman += digits * count
+        return roman.upper() if style in ("upperRoman", "I") else roman
+    if style == "decimalZero" and 0 <= number < 10:
+        return f"0{number}"
+    return str(number)
+
+
+# -- finding headings in text formats -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class MarkdownScan:
+    """What :func:`scan_markdown` found: the headings, and counts that format detection weighs."""
+
+    headings: tuple[Heading, ...] = ()
+    atx: int = 0
+    """ATX headings (``## Title``) outside code."""
+    atx_isolated: int = 0
+    """ATX headings with a blank line (or the start) before and a blank line (or the end) after, whose
+    title reads as one (not a sentence ending in a full stop, not code): what a Markdown document
+    has and a script's or config file's ``# comment`` lines rarely do."""
+    setext: int = 0
+    """Setext headings (a line underlined with ``===`` or ``---``)."""
+    hash_lines: int = 0
+    """Lines outside code that start with ``#`` (headings or not)."""
+    fences: int = 0
+    """Fenced code blocks (```` ``` ```` or ``~~~``) that were closed."""
+    links: int = 0
+    """Inline links and images (``[text](target)``)."""
+    lines: int = 0
+    """Non-blank lines outside code."""
+    assignments: int = 0
+    """Lines outside code that read as a script's or config file's assignment (``name = value``,
+    ``export NAME=value``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RstScan:
+    """What :func:`scan_rst` found: the section titles, and counts that format detection weighs."""
+
+    headings: tuple[Heading, ...] = ()
+    overlined: int = 0
+    """Titles with an overline as well as an underline."""
+    directives: int = 0
+    """Explicit markup that only reST has: directives (``.. note::``) and targets (``.. _name:``)."""
+    roles: int = 0
+    """Interpreted text with a role (``:ref:`name```) and field-list lines (``:Author: x``)."""
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    """Each line of ``text`` with the offset where it starts, without its line break (``\\n``,
+    ``\\r\\n``; a lone ``\\r`` is not one: the daemon's texts come from files that use ``\\n``)."""
+    start = 0
+    length = len(text)
+    while start < length:
+        end = text.find("\n", start)
+        if end < 0:
+            end = length
+        line = text[start:end]
+        yield start, line[:-1] if line.endswith("\r") else line
+        start = end + 1
+
+
+# Markdown (CommonMark's block structure, the parts that decide what is a heading).
+_FENCE_OPEN: Final = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
+_ATX: Final = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*)|[ \t]*)")
+_ATX_CLOSE: Final = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
+_SETEXT: Final = re.compile(r" {0,3}(=+|-+)[ \t]*")
+_THEMATIC: Final = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*")
+_CONTAINER: Final = re.compile(r" {0,3}(?:>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|<)")
+_LINK: Final = re.compile(r"\[[^\]\n]{1,200}\]\([^)\s]{1,500}\)")
+_ASSIGNMENT: Final = re.compile(
+    r"[ \t]*(?:(?:export|set|local|declare|readonly)[ \t]+\S|[\w.\[\]$\"'-]+[ \t]*=[^=])"
+)
+_NOT_A_TITLE: Final = re.compile(r"[.;,=({\\]$|=")
+"""A "title" ending in a full stop or holding code is a comment line (``# Set the port.``)."""
+
+
+@dataclass(slots=True)
+class _Paragraph:
+    """The paragraph being read (a setext underline makes it a heading)."""
+
+    start: int = -1
+    lines: list[str] = field(default_factory=list)
+    chars: int = 0
+
+    def add(self, start: int, line: str) -> None:
+        """Add a line (stripped of its indentation) to the paragraph."""
+        if self.start < 0:
+            self.start = start
+        # Only a short paragraph can become a heading: keep no more of it than a title can hold.
+        if self.chars <= MAX_TITLE_CHARS:
+            self.lines.append(line)
+            self.chars += len(line) + 1
+
+    def clear(self) -> None:
+        self.start = -1
+        self.lines.clear()
+        self.chars = 0
+
+
+@dataclass(slots=True)
+class _MarkdownState:
+    counting: bool = True
+    headings: list[Heading] = field(default_factory=list)
+    atx: int = 0
+    atx_isolated: int = 0
+    setext: int = 0
+    hash_lines: int = 0
+    fences: int = 0
+    links: int = 0
+    lines: int = 0
+    assignments: int = 0
+    fence: str = ""
+    """The open fence's characters (``"```"``), empty outside a fenced block."""
+    paragraph: _Paragraph = field(default_factory=_Paragraph)
+    pending_isolated: bool = False
+    """The previous line was an ATX heading with a blank line before it."""
+    previous_blank: bool = True
+
+    def add_heading(self, level: int, title: str, start: int) -> None:
+        title = one_line(title)
+        if title and len(title) <= MAX_TITLE_CHARS and len(self.headings) < MAX_HEADINGS:
+            self.headings.append(Heading(level=level, title=title, start=start))
+
+
+def scan_markdown(text: str, *, counts: bool = True) -> MarkdownScan:
+    """The ATX and setext headings of a Markdown text (not those in fenced or indented code, nor in
+    block quotes or list items), with their offsets, and (``counts``) the counts that detection
+    weighs; without them it is faster (links and assignments are not looked for)."""
+    state = _MarkdownState(counting=counts)
+    for start, line in _lines(text):
+        _markdown_line(state, start, line)
+        if not counts and len(state.headings) >= MAX_HEADINGS:
+            break  # no later heading would be recorded
+    if state.pending_isolated:
+        state.atx_isolated += 1
+    return MarkdownScan(
+        headings=tuple(state.headings),
+        atx=state.atx,
+        atx_isolated=state.atx_isolated,
+        setext=state.setext,
+        hash_lines=state.hash_lines,
+        fences=state.fences,
+        links=state.links,
+        lines=state.lines,
+        assignments=state.assignments,
+    )
+
+
+# The characters a line (after at most three spaces) must start with to be anything but paragraph
+# text: the fast path leaves every other line to a plain append.
+_BLOCK_STARTS: Final = frozenset("#`~=-*_+><0123456789")
+
+
+def _markdown_line(state: _MarkdownState, start: int, line: str) -> None:
+    stripped = line.lstrip()
+    if state.pending_isolated:
+        state.atx_isolated += not stripped
+        state.pending_isolated = False
+    if state.fence:
+        _markdown_fenced_line(state, line)
+        return
+    if not stripped:
+        state.paragraph.clear()
+        state.previous_blank = True
+        return
+    previous_blank, state.previous_blank = state.previous_blank, False
+    state.lines += 1
+    in_paragraph = bool(state.paragraph.lines)
+    leading = len(line) - len(stripped)
+    indent = leading if "\t" not in line[:leading] else _indent(line)
+    if indent >= 4:
+        if in_paragraph:
+            state.paragraph.add(start, stripped)  # a lazy continuation line
+        return  # else indented code
+    block = stripped[0] in _BLOCK_STARTS
+    if block and _markdown_block_line(state, start, line, previous_blank, in_paragraph):
+        return
+    if state.counting:
+        state.links += len(_LINK.findall(line))
+        state.assignments += bool(_ASSIGNMENT.match(line))
+    state.paragraph.add(start, stripped)
+
+
+def _markdown_block_line(
+    state: _MarkdownState, start: int, line: str, previous_blank: bool, in_paragraph: bool
+) -> bool:
+    """Handle a line that may open a block (fence, heading, rule, container), by its first
+    character; False if it is paragraph text after all."""
+    first = line.lstrip()[0]
+    if first == "#":
+        state.hash_lines += 1
+        atx = _ATX.fullmatch(line)
+        if atx is None:
+            return False
+        state.atx += 1
+        title = _ATX_CLOSE.sub("", atx.group(2)).strip() if atx.group(2) else ""
+        state.pending_isolated = previous_blank and bool(title) and not _NOT_A_TITLE.search(title)
+        if title:
+            state.add_heading(len(atx.group(1)), title, start)
+        state.paragraph.clear()
+        return True
+    if first in "`~":
+        fence = _FENCE_OPEN.fullmatch(line)
+        if fence is None or (fence.group(1)[0] == "`" and "`" in fence.group(2)):
+            return False
+        state.fence = fence.group(1)
+        state.paragraph.clear()
+        return True
+    underline = _SETEXT.fullmatch(line) if in_paragraph and first in "=-" else None
+    if underline:
+        state.setext += 1
+        level = 1 if underline.group(1)[0] == "=" else 2
+        state.add_heading(level, " ".join(state.paragraph.lines), state.paragraph.start)
+        state.paragraph.clear()
+        return True
+    if _THEMATIC.fullmatch(line) or (not in_paragraph and _CONTAINER.match(line)):
+        state.paragraph.clear()  # a rule, or a quote/list/HTML block: no heading under it
+        return True
+    return False
+
+
+def _markdown_fenced_line(state: _MarkdownState, line: str) -> None:
+    stripped = line.strip()
+    char = state.fence[0]
+    if _indent(line) < 4 and stripped.startswith(state.fence) and stripped == char * len(stripped):
+        state.fence = ""
+        state.fences += 1
+        state.previous_blank = True  # what follows a code block starts a new block
+
+
+def _indent(line: str) -> int:
+    width = 0
+    for char in line:
+        if char == " ":
+            width += 1
+        elif char == "\t":
+            width += 4 - width % 4
+        else:
+            break
+    return width
+
+
+# reStructuredText: a section title is a line with an underline (and maybe an overline) of one
+# punctuation character repeated; levels follow the order in which the adornment styles appear.
+_ADORNMENT: Final = re.compile(r"([!-/:-@\[-`{-~])\1*[ \t]*")
+_DIRECTIVE: Final = re.compile(r"\.\. (?:[A-Za-z][\w.+-]*::|_[^:\n]{1,200}:|\|[^|\n]{1,200}\| [\w-]+::)")
+_ROLE: Final = re.compile(r":[A-Za-z][\w.+-]*:`[^`\n]")
+_FIELD: Final = re.compile(r":[A-Za-z][\w -]{0,40}: \S")
+
+
+@dataclass(slots=True)
+class _RstState:
+    headings: list[Heading] = field(default_factory=list)
+    styles: list[tuple[str, bool]] = field(default_factory=list)
+    overlined: int = 0
+    directives: int = 0
+    roles: int = 0
+
+    def add_heading(self, style: tuple[str, bool], title: str, start: int) -> None:
+        if style not in self.styles:
+            self.styles.append(style)
+        if style[1]:
+            self.overlined += 1
+        title = one_line(title)
+        if title and len(title) <= MAX_TITLE_CHARS and len(self.headings) < MAX_HEADINGS:
+            level = self.styles.index(style) + 1
+            self.headings.append(Heading(level=level, title=title, start=start))
+
+
+def scan_rst(text: str, *, counts: bool = True) -> RstScan:
+    """The section titles of a reStructuredText text (underlined, or over- and underlined with the
+    same character), levels by the order their styles first appear, and (``counts``) the counts
+    that detection weighs."""
+    state = _RstState()
+    lines = list(_lines(text))
+    index = 0
+    previous_blank = True
+    while index < len(lines):
+        line = lines[index][1]
+        if counts:
+            if line[:3] == ".. ":
+                state.directives += bool(_DIRECTIVE.match(line))
+            state.roles += len(_ROLE.findall(line)) + bool(_FIELD.match(line))
+        taken = _rst_title(state, lines, index) if previous_blank else 0
+        if not counts and len(state.headings) >= MAX_HEADINGS:
+            break  # no later title would be recorded
+        if taken:
+            index += taken
+            previous_blank = True  # a title ends a block: another may follow at once
+            continue
+        previous_blank = not line.strip()
+        index += 1
+    return RstScan(
+        headings=tuple(state.headings),
+        overlined=state.overlined,
+        directives=state.directives,
+        roles=state.roles,
+    )
+
+
+_PUNCTUATION: Final = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
+
+
+def _rst_title(state: _RstState, lines: list[tuple[int, str]], index: int) -> int:
+    """Lines taken by a section title starting at ``lines[index]`` (0: none starts there)."""
+    start, line = lines[index]
+    following = lines[index + 1][1] if index + 1 < len(lines) else ""
+    if line[:1] not in _PUNCTUATION and following[:1] not in _PUNCTUATION:
+        return 0  # the fast path: neither an overline nor an underline
+    adornment = _ADORNMENT.fullmatch(line)
+    if adornment and index + 2 < len(lines):
+        under = lines[index + 2][1].rstrip()
+        overline = line.rstrip()
+        if (
+            under == overline
+            and following.strip()
+            and not _ADORNMENT.fullmatch(following)
+            and len(following.strip()) <= len(overline)
+        ):
+            state.add_heading((overline[0], True), following, start)
+            return 3
+    if adornment or not following or not _is_title_text(line):
+        return 0
+    under = following.rstrip()
+    if not _ADORNMENT.fullmatch(under):
+        return 0
+    # docutils: an underline shorter than its title is still one from four characters on.
+    if len(under) < len(line.rstrip()) and len(under) < 4:
+        return 0
+    state.add_heading((under[0], False), line, start)
+    return 2
+
+
+def _is_title_text(line: str) -> bool:
+    # A title starts in the first column (indented text is a quote, literal block or directive body)
+    # and is not explicit markup (a comment or directive).
+    return bool(line.strip()) and not line[0].isspace() and not line.startswith("..")
+
+
+def markup_layout(text: str, fmt: Format) -> Layout:
+    """The headings of a Markdown or reST text as a layout (text formats have no pages); no
+    headings for other formats."""
+    if fmt is Format.MARKDOWN:
+        return Layout(headings=scan_markdown(text, counts=False).headings)
+    if fmt is Format.RST:
+        return Layout(headings=scan_rst(text, counts=False).headings)
+    return Layout()

@@ -1,0 +1,184 @@
+"""Raw bytes in, a checked :class:`~daemon.document.decode.Document` out, whatever the format.
+
+:class:`DocumentReader` detects the format from the bytes (:func:`~daemon.document.formats.
+detect_format`; a file name or a Kafka ``content-type`` is a hint only), then:
+
+* text formats (plain text, Markdown, reStructuredText) are decoded and checked as ever
+  (:func:`~daemon.document.decode.decode_text`); Markdown and reST headings are found in the text,
+  which is not changed;
+* PDF, DOCX, ODT and HTML go to the sandboxed extraction workers
+  (:class:`~daemon.document.sandbox.ExtractionPool`), and the text they return passes the checks
+  every text passes (size as UTF-8, NUL characters, whitespace only).
+
+With ``extract.enabled = false`` no worker starts and every input is decoded as text, as before
+docsumd read these formats: PDF, DOCX and ODT fail as ``binary``, HTML is read with its tags.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from types import TracebackType
+from typing import Any, Final, Self
+
+from daemon.document.decode import Document, check_text, decode_text, sha256_hex
+from daemon.document.extract import text_layout
+from daemon.document.formats import detect_format
+from daemon.document.layout import EXTRACTED_FORMATS, Extracted, ExtractLimits, Format
+from daemon.document.sandbox import ExtractionPool, SandboxLimits
+from daemon.errors import DocumentError
+from daemon.ops.logging import get_logger
+from daemon.ops.metrics import DOCUMENT_FORMATS, EXTRACTED_PAGES, EXTRACTION_SECONDS, EXTRACTIONS
+
+log = get_logger(__name__)
+
+
+# C0 controls but tab, line feed, form feed (page breaks) and carriage return; DEL; lone surrogates.
+_STRAY_CHARACTERS: Final = re.compile("[\x00-\x08\x0b\x0e-\x1f\x7f\ud800-\udfff]")
+
+
+def clean_extracted(text: str) -> str:
+    """Extracted text without the control characters and lone surrogates that broken PDFs and office
+    files carry (a NUL from a font's encoding is the extractor's artefact, not a corrupt input), so
+    the result can always be written as UTF-8. Offsets are kept: each is replaced by a space."""
+    return _STRAY_CHARACTERS.sub(" ", text)
+
+
+class DocumentReader:
+    """Reads documents of every supported format; owns the extraction workers (``start``/``stop``)."""
+
+    def __init__(
+        self,
+        *,
+        max_input_bytes: int,
+        sandbox: SandboxLimits | None = None,
+        extract: ExtractLimits | None = None,
+    ) -> None:
+        """``max_input_bytes`` bounds the input and, as UTF-8, the text extracted from it; ``sandbox``
+        None turns extraction off (no worker; every input is decoded as text, as before)."""
+        self.max_input_bytes = max_input_bytes
+        self.pool: ExtractionPool | None = (
+            ExtractionPool(sandbox, extract or ExtractLimits()) if sandbox is not None else None
+        )
+        self._pool_started = False
+        self._pool_lock = asyncio.Lock()
+
+    async def start(self) -> None:
+        """Nothing to do until a document needs extracting: the workers start then (a deployment that
+        only ever reads text never pays for them). Idempotent."""
+
+    async def _started_pool(self) -> ExtractionPool:
+        assert self.pool is not None
+        async with self._pool_lock:
+            if not self._pool_started:
+                try:
+                    await self.pool.start()
+                except (OSError, RuntimeError) as exc:
+                    log.error("cannot start the extraction workers", error=str(exc))
+                    await self.pool.stop()
+                    raise DocumentError(
+                        "extract_failed", f"the extraction workers cannot start: {exc}"
+                    ) from exc
+                self._pool_started = True
+        return self.pool
+
+    async def stop(self) -> None:
+        """Stop the workers and reap them. Idempotent."""
+        if self.pool is not None:
+            await self.pool.stop()
+            self._pool_started = False
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.stop()
+
+    def format_of(self, data: bytes, hint: str | None) -> Format | None:
+        """The format ``data`` will be read as (None: not a format docsumd reads; decoding refuses it)."""
+        detected = detect_format(data, hint)
+        if self.pool is None and detected in EXTRACTED_FORMATS:
+            return None  # read as before: decode_text refuses the binary ones, reads HTML as text
+        return detected
+
+    async def read(
+        self,
+        data: bytes,
+        *,
+        doc_id: str,
+        source: str,
+        metadata: dict[str, Any] | None = None,
+        hint: str | None = None,
+    ) -> Document:
+        """The checked document from ``data``, or :class:`DocumentError` with the reason."""
+        fmt = self.format_of(data, hint)
+        DOCUMENT_FORMATS.labels(format=fmt.value if fmt is not None else "unknown").inc()
+        if self.pool is not None and fmt in EXTRACTED_FORMATS:
+            extracted = await self._extract(data, fmt)
+            return self._extracted_document(data, extracted, doc_id, source, metadata)
+        return await asyncio.to_thread(
+            self._text_document, data, fmt or Format.TEXT, doc_id, source, metadata
+        )
+
+    async def _extract(self, data: bytes, fmt: Format) -> Extracted:
+        started = time.monotonic()
+        try:
+            pool = await self._started_pool()
+            extracted = await pool.extract(data, fmt)
+        except DocumentError as error:
+            EXTRACTIONS.labels(format=fmt.value, outcome=error.reason).inc()
+            raise
+        finally:
+            EXTRACTION_SECONDS.labels(format=fmt.value).observe(time.monotonic() - started)
+        EXTRACTIONS.labels(format=fmt.value, outcome="ok").inc()
+        if extracted.layout.pages:
+            EXTRACTED_PAGES.inc(extracted.layout.pages)
+        return extracted
+
+    def _text_document(
+        self, data: bytes, fmt: Format, doc_id: str, source: str, metadata: dict[str, Any] | None
+    ) -> Document:
+        text, encoding = decode_text(data, self.max_input_bytes)
+        return Document(
+            id=doc_id,
+            text=text,
+            source=source,
+            sha256=sha256_hex(data),
+            size_bytes=len(data),
+            encoding=encoding,
+            metadata=dict(metadata or {}),
+            format=fmt,
+            layout=text_layout(text, fmt),
+        )
+
+    def _extracted_document(
+        self, data: bytes, extracted: Extracted, doc_id: str, source: str, metadata: dict[str, Any] | None
+    ) -> Document:
+        what = f"the text extracted from this {extracted.format.value.upper()}"
+        text = clean_extracted(extracted.text)
+        if not text.strip():
+            raise DocumentError("no_text", f"{what} is empty: no text layer (a scan?) or no text at all")
+        text_bytes = len(text.encode("utf-8"))
+        if text_bytes > self.max_input_bytes:
+            raise DocumentError(
+                "too_large",
+                f"{what} is {text_bytes} bytes as UTF-8, over the limit of {self.max_input_bytes} "
+                "bytes (limits.max_input_bytes)",
+            )
+        check_text(text)
+        return Document(
+            id=doc_id,
+            text=text,
+            source=source,
+            sha256=sha256_hex(data),
+            size_bytes=len(data),
+            encoding="utf-8",
+            metadata=dict(metadata or {}),
+            format=extracted.format,
+            layout=extracted.layout,
+            extraction=dict(extracted.details),
+        )

@@ -278,3 +278,28 @@ def _result_or_refusal(
         return result_output(message, doc_id, result, topics)
     except DocumentError as error:
         return error
+
+
+@pytest.mark.parametrize(
+    ("value", "content_type"),
+    [
+        (b"%PDF-1.7\n%\xe2\xe3\xcf\xd3\n1 0 obj", None),  # a PDF: its bytes are the document
+        (b"PK\x03\x04docx bytes", "application/vnd.openxmlformats-officedocument.wordprocessingml.document"),
+        (b'{"looks": "like JSON"}', "application/octet-stream"),  # a type that is not JSON's: raw
+        (b"{not json but text}", "text/plain"),
+    ],
+)
+def test_a_value_that_is_not_a_json_record_is_the_documents_raw_bytes(
+    value: bytes, content_type: str | None
+) -> None:
+    headers = [] if content_type is None else [("content-type", content_type.encode())]
+    parsed = parse_message(value, b"doc-1", headers, coordinates="c", max_message_bytes=1 << 20)
+    assert parsed.error is None
+    assert (parsed.id, parsed.text, parsed.options) == ("doc-1", value, None)
+
+
+def test_a_json_content_type_still_forces_a_json_record() -> None:
+    value = b'  {"id": "a", "text": "hello"}'
+    headers = [("content-type", b"Application/JSON; charset=utf-8")]
+    parsed = parse_message(value, None, headers, coordinates="c", max_message_bytes=1 << 20)
+    assert (parsed.error, parsed.id, parsed.text) == (None, "a", b"hello")

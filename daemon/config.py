@@ -337,13 +337,13 @@ class ExtractConfig(_Section):
         default=200 * 1024 * 1024,
         ge=1,
         description="DOCX/ODT (ZIP archives): the bytes their entries may unpack to, counted while "
-        "unpacking; over it: 'too_large'.",
+        "unpacking; PDF: what its Flate streams inflate to; over it: 'too_large'.",
     )
     max_compression_ratio: float = Field(
         default=200.0,
         ge=1.0,
-        description="DOCX/ODT: an entry unpacking to more than this many times its packed size is a zip "
-        "bomb ('too_large').",
+        description="DOCX/ODT entries and PDF streams (past 8 MiB) unpacking to more than this many "
+        "times their packed size are bombs ('too_large').",
     )
 
 

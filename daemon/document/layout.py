@@ -129,9 +129,11 @@ class ExtractLimits:
     max_output_chars: int = 20_000_000
     """Characters of extracted text (``too_large``): extraction can multiply a compressed input."""
     max_unpacked_bytes: int = 200 * 1024 * 1024
-    """DOCX/ODT: the sum of the uncompressed sizes of the ZIP entries read (``too_large``)."""
+    """DOCX/ODT: the sum of the uncompressed sizes of the ZIP entries read; PDF: of its Flate streams'
+    text-like output, screened before PDFium reads the file (``too_large``)."""
     max_compression_ratio: float = 200.0
-    """DOCX/ODT: uncompressed / compressed size of any entry read (``too_large``: a zip bomb)."""
+    """DOCX/ODT: uncompressed / compressed size of any entry read; PDF: of a stream past 8 MiB
+    (``too_large``: a zip or Flate bomb)."""
     max_zip_entries: int = 10_000
     """DOCX/ODT: entries in the archive (``malformed`` over it)."""
     max_xml_depth: int = 256

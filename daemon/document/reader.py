@@ -17,12 +17,13 @@ docsumd read these formats: PDF, DOCX and ODT fail as ``binary``, HTML is read w
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import time
 from types import TracebackType
 from typing import Any, Final, Self
 
-from daemon.document.decode import Document, check_text, decode_text, sha256_hex
+from daemon.document.decode import Document, check_text, decode_document, sha256_hex
 from daemon.document.extract import text_layout
 from daemon.document.formats import detect_format
 from daemon.document.layout import EXTRACTED_FORMATS, Extracted, ExtractLimits, Format
@@ -142,18 +143,10 @@ class DocumentReader:
     def _text_document(
         self, data: bytes, fmt: Format, doc_id: str, source: str, metadata: dict[str, Any] | None
     ) -> Document:
-        text, encoding = decode_text(data, self.max_input_bytes)
-        return Document(
-            id=doc_id,
-            text=text,
-            source=source,
-            sha256=sha256_hex(data),
-            size_bytes=len(data),
-            encoding=encoding,
-            metadata=dict(metadata or {}),
-            format=fmt,
-            layout=text_layout(text, fmt),
+        document = decode_document(
+            data, doc_id=doc_id, source=source, max_input_bytes=self.max_input_bytes, metadata=metadata
         )
+        return dataclasses.replace(document, format=fmt, layout=text_layout(document.text, fmt))
 
     def _extracted_document(
         self, data: bytes, extracted: Extracted, doc_id: str, source: str, metadata: dict[str, Any] | None

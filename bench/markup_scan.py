@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, Final
 
 REPO: Final = Path(__file__).resolve().parents[1]
-LINES: Final = {"a-lines": "a\n", "dash-lines": "-\n", "hash-lines": "#\n", "blank-separated": "ab\n\n"}
+LINES: Final = {"a-lines": "a\n", "dash-lines": "-\n"}
 
 
 def _one(pattern: str, fmt: str, mib: int, capped: bool) -> dict[str, Any]:

@@ -31,15 +31,15 @@ result written: the wait a user sees who dropped the whole workload in at once.
     .venv/bin/python bench/compare.py [--workload corpus|mixed] [--docs DIR] [--config FILE] [--json FILE]
 
 **PDF against text** (``--workload pdf``): the folder path with PDFs against the same documents as
-text, two passes on one engine: every PDF of ``--pdfs`` (default: the real Debian PDFs of
-tests/fixtures/documents/pdf; ``bench/fetch_pdfs.sh`` fetches 56 more; at most ``--count`` of them, of
-at most ``--pdf-max-pages`` pages) dropped as it is, so the daemon detects it and its sandboxed
-workers extract it, then the text docsumd's own extractor gives for each (extracted here beforehand,
-the same function the workers run) dropped as ``.txt``. ``pdf_vs_text`` is the PDF pass's documents/s
-over the text pass's; each pass reports documents/s and pages/s, the extraction's share of the wall
-time (the workers' CPU seconds, and the daemon's own ``docsumd_extraction_seconds``, which includes
-waiting for a free worker), and the peak RSS of the daemon with its engine processes apart from that
-of the extraction workers. No raw vLLM pass.
+text, two passes on one engine. Every PDF of ``--pdfs`` (default: the real Debian PDFs of
+tests/fixtures/documents/pdf; ``bench/fetch_pdfs.sh`` fetches 56 into bench/data/pdf), at most
+``--count`` of them, of at most ``--pdf-max-pages`` pages, is dropped as it is, so the daemon detects
+it and its sandboxed workers extract it; then the text docsumd's own extractor gives for each
+(extracted here beforehand, the same function the workers run) is dropped as ``.txt``.
+``pdf_vs_text`` is the PDF pass's documents/s over the text pass's; each pass reports documents/s
+and pages/s, the extraction's share of the wall time (the workers' CPU seconds, and the daemon's own
+``docsumd_extraction_seconds``, which includes waiting for a free worker), and the peak RSS of the
+daemon with its engine processes apart from that of the extraction workers. No raw vLLM pass.
 
 Workloads: ``corpus`` is every .txt file in ``--docs`` (``--copies N`` copies of each, each copy with
 its paragraphs in its own shuffled order, so copies share no prompt prefix beyond the instruction and

@@ -30,6 +30,17 @@ result written: the wait a user sees who dropped the whole workload in at once.
 
     .venv/bin/python bench/compare.py [--workload corpus|mixed] [--docs DIR] [--config FILE] [--json FILE]
 
+**PDF against text** (``--workload pdf``): the folder path with PDFs against the same documents as
+text, two passes on one engine. Every PDF of ``--pdfs`` (default: the real Debian PDFs of
+tests/fixtures/documents/pdf; ``bench/fetch_pdfs.sh`` fetches 56 into bench/data/pdf), at most
+``--count`` of them, of at most ``--pdf-max-pages`` pages, is dropped as it is, so the daemon detects
+it and its sandboxed workers extract it; then the text docsumd's own extractor gives for each
+(extracted here beforehand, the same function the workers run) is dropped as ``.txt``.
+``pdf_vs_text`` is the PDF pass's documents/s over the text pass's; each pass reports documents/s
+and pages/s, the extraction's share of the wall time (the workers' CPU seconds, and the daemon's own
+``docsumd_extraction_seconds``, which includes waiting for a free worker), and the peak RSS of the
+daemon with its engine processes apart from that of the extraction workers. No raw vLLM pass.
+
 Workloads: ``corpus`` is every .txt file in ``--docs`` (``--copies N`` copies of each, each copy with
 its paragraphs in its own shuffled order, so copies share no prompt prefix beyond the instruction and
 vLLM's prefix cache cannot serve one copy's parts from another's);
@@ -53,7 +64,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -107,16 +118,25 @@ class DaemonRun:
     engine_start_s: float | None = None
     light_waves: float = 0.0
     light_wave_seconds: float = 0.0
+    peak_daemon_rss: int = 0
+    peak_workers_rss: int = 0
+    peak_worker_rss: int = 0
+    worker_cpu_s: float = 0.0
+    extractions: float = 0.0
+    extraction_seconds: float = 0.0
+    extracted_pages: float = 0.0
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, default_workload: str) -> None:
     """The options that choose a workload and where results go (shared with bench/scale.py)."""
-    parser.add_argument("--workload", choices=("corpus", "mixed"), default=default_workload)
+    parser.add_argument("--workload", choices=("corpus", "mixed", "pdf"), default=default_workload)
     parser.add_argument("--docs", type=Path, default=REPO.parent / "shared" / "corpus" / "docs")
     parser.add_argument("--config", type=Path, default=REPO / "docsumd.toml")
     parser.add_argument("--json", type=Path, default=None, help="write the result here (default: print only)")
     parser.add_argument("--copies", type=int, default=1, help="corpus: distinct copies of each document")
-    parser.add_argument("--count", type=int, default=60, help="mixed: number of documents")
+    parser.add_argument(
+        "--count", type=int, default=60, help="mixed: number of documents; pdf: at most this many PDFs"
+    )
     parser.add_argument("--seed", type=int, default=7)
 
 
@@ -151,6 +171,18 @@ def main() -> int:
         "Kafka, folder, Kafka...), so a drift of the machine's speed shows in the pairs' ratios",
     )
     parser.add_argument(
+        "--pdfs",
+        type=Path,
+        default=REPO / "tests" / "fixtures" / "documents" / "pdf",
+        help="--workload pdf: the folder of PDFs (bench/fetch_pdfs.sh fills bench/data/pdf)",
+    )
+    parser.add_argument(
+        "--pdf-max-pages", type=int, default=60, help="--workload pdf: leave out PDFs with more pages"
+    )
+    parser.add_argument(
+        "--text-first", action="store_true", help="--workload pdf: the text pass before the PDF pass"
+    )
+    parser.add_argument(
         "--variant",
         action="append",
         default=[],
@@ -164,6 +196,8 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="docsumd-compare-"))
     os.environ.setdefault("TMPDIR", str(work))
     tokenizer = load_tokenizer(config.engine)
+    if args.workload == "pdf":
+        return _pdf_against_text(args, config, tokenizer, work)
     docs = _workload(args, tokenizer)
     lengths = {name: len(tokenizer.encode(text, add_special_tokens=False)) for name, text in docs}
     print(f"workload {args.workload}: {len(docs)} documents, {sum(lengths.values())} tokens", file=sys.stderr)
@@ -241,11 +275,13 @@ def _write_json(path: Path | None, result: dict[str, Any]) -> None:
 
 @dataclass(frozen=True)
 class _Plan:
-    """One daemon pass to run: its label and admission settings."""
+    """One daemon pass to run: its label and admission settings, and its own documents (else the
+    workload's)."""
 
     label: str
     admission: bool
     overrides: dict[str, float | int] = field(default_factory=dict)
+    docs: tuple[tuple[str, str | bytes], ...] | None = None
 
 
 class _Deadline:
@@ -268,6 +304,141 @@ class _Deadline:
 
 
 _STARTED = time.monotonic()
+
+
+# -- PDF against text -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Pdf:
+    """One PDF of the workload, and the text docsumd's extractor gives for it."""
+
+    stem: str
+    data: bytes
+    text: str
+    pages: int
+
+
+def _pdf_workload(args: argparse.Namespace, config: Config) -> tuple[list[_Pdf], dict[str, str]]:
+    """The PDFs of ``--pdfs`` that docsumd reads, of at most ``--pdf-max-pages`` pages, the first
+    ``--count`` by name, each with its text as a worker extracts it (the same function, here); and the
+    ones left out, with why."""
+    from daemon.document.extract.pdf import extract_pdf
+    from daemon.document.layout import ExtractLimits
+    from daemon.errors import DocumentError
+
+    section = config.extract
+    limits = ExtractLimits(
+        max_pages=args.pdf_max_pages,
+        max_output_chars=section.max_output_chars,
+        max_unpacked_bytes=section.max_unpacked_bytes,
+        max_compression_ratio=section.max_compression_ratio,
+    )
+    pdfs: list[_Pdf] = []
+    left_out: dict[str, str] = {}
+    for path in sorted(args.pdfs.glob("*.pdf")):
+        if len(pdfs) == args.count:
+            break
+        data = path.read_bytes()
+        try:
+            extracted = extract_pdf(data, limits)
+        except DocumentError as exc:
+            left_out[path.name] = str(exc)[:200]
+            continue
+        pages = int(extracted.details["pages"])
+        pdfs.append(_Pdf(path.stem, data, extracted.text, pages))
+    return pdfs, left_out
+
+
+def _pdf_against_text(args: argparse.Namespace, config: Config, tokenizer: Any, work: Path) -> int:
+    """``--workload pdf``: the PDFs through the folder, then the same documents as text, on one engine."""
+    pdfs, left_out = _pdf_workload(args, config)
+    if not pdfs:
+        raise SystemExit(f"no PDF in {args.pdfs} that docsumd reads within {args.pdf_max_pages} pages")
+    lengths: dict[str, int] = {}
+    for pdf in pdfs:
+        tokens = len(tokenizer.encode(pdf.text, add_special_tokens=False))
+        lengths[f"{pdf.stem}.pdf"] = lengths[f"{pdf.stem}.txt"] = tokens
+    pages = sum(pdf.pages for pdf in pdfs)
+    print(
+        f"workload pdf: {len(pdfs)} PDFs, {pages} pages, {sum(lengths.values()) // 2} tokens "
+        f"({len(left_out)} left out)",
+        file=sys.stderr,
+    )
+    as_text: tuple[tuple[str, str | bytes], ...] = tuple((f"{pdf.stem}.txt", pdf.text) for pdf in pdfs)
+    plans = [
+        _Plan("pdf", admission=True, docs=tuple((f"{pdf.stem}.pdf", pdf.data) for pdf in pdfs)),
+        _Plan("text", admission=True, docs=as_text),
+    ]
+    if args.text_first:
+        plans.reverse()
+    runs = _folder_passes(
+        config, as_text, work, plans, warmup=as_text[: args.warmup], deadline=_Deadline(args.deadline)
+    )
+    by_label = {run.label: run for run in runs}
+    if set(by_label) != {"pdf", "text"}:
+        raise SystemExit(f"passes done: {sorted(by_label)}; both pdf and text are needed")
+    stats = {label: _format_pass_stats(run, lengths, pages) for label, run in by_label.items()}
+    result: dict[str, Any] = {
+        "benchmark": "bench/compare.py --workload pdf",
+        "workload": "pdf",
+        "pdfs_dir": str(args.pdfs),
+        "config": str(args.config),
+        "docs": len(pdfs),
+        "pages": pages,
+        "document_tokens": sum(lengths.values()) // 2,
+        "documents": [
+            {
+                "file": f"{pdf.stem}.pdf",
+                "bytes": len(pdf.data),
+                "pages": pdf.pages,
+                "chars": len(pdf.text),
+                "tokens": lengths[f"{pdf.stem}.pdf"],
+            }
+            for pdf in pdfs
+        ],
+        "left_out": left_out,
+        "passes_in_order": [run.label for run in runs],
+        "pdf_vs_text": round(stats["pdf"]["docs_per_s"] / stats["text"]["docs_per_s"], 3),
+        "pdf": stats["pdf"],
+        "text": stats["text"],
+        "extract_workers": config.extract.workers,
+        "engine": {
+            key: value
+            for key, value in engine_kwargs(config.engine).items()
+            if key not in ("tokenizer", "trust_remote_code", "served_model_name")
+        },
+        "max_summary_tokens": config.summary.max_summary_tokens,
+        "environment": _environment(),
+    }
+    print(json.dumps(result, indent=2))
+    _write_json(args.json, result)
+    shutil.rmtree(work, ignore_errors=True)
+    return 0
+
+
+def _format_pass_stats(run: DaemonRun, lengths: dict[str, int], pages: int) -> dict[str, Any]:
+    """A pass's figures, with pages/s, the daemon's peak RSS apart from the extraction workers', and
+    (when it extracted anything) how much of the wall time extraction took."""
+    stats = _run_stats(run, lengths)
+    wall = stats["seconds"]
+    stats["pages_per_s"] = round(pages / wall, 3)
+    stats["peak_daemon_rss_mib"] = round(run.peak_daemon_rss / 2**20, 1)
+    if run.extractions:
+        stats["extraction"] = {
+            "extractions": int(run.extractions),
+            "pages": int(run.extracted_pages),
+            "worker_cpu_s": round(run.worker_cpu_s, 2),
+            "worker_cpu_share_of_wall": round(run.worker_cpu_s / wall, 4),
+            "pages_per_worker_cpu_s": round(run.extracted_pages / run.worker_cpu_s, 1)
+            if run.worker_cpu_s
+            else None,
+            "seconds_sum": round(run.extraction_seconds, 2),
+            "seconds_sum_share_of_wall": round(run.extraction_seconds / wall, 4),
+            "peak_workers_rss_mib": round(run.peak_workers_rss / 2**20, 1),
+            "peak_worker_rss_mib": round(run.peak_worker_rss / 2**20, 1),
+        }
+    return stats
 
 
 # -- workloads ------------------------------------------------------------------------------------
@@ -332,11 +503,11 @@ def _parse_variant(text: str) -> tuple[str, dict[str, float | int]]:
 
 def _folder_passes(
     config: Config,
-    docs: list[tuple[str, str]],
+    docs: Sequence[tuple[str, str | bytes]],
     work: Path,
     plans: list[_Plan],
     *,
-    warmup: list[tuple[str, str]],
+    warmup: Sequence[tuple[str, str | bytes]],
     deadline: _Deadline,
     on_pass: Any = None,
 ) -> list[DaemonRun]:
@@ -355,7 +526,8 @@ def _folder_passes(
                 if engine.is_running:
                     await engine.reset_prefix_cache()  # no pass may reuse another's prompts
                 started = time.monotonic()
-                runs.append(await _folder_pass(config, docs, work / plan.label, plan, engine))
+                plan_docs = list(plan.docs) if plan.docs is not None else docs
+                runs.append(await _folder_pass(config, plan_docs, work / plan.label, plan, engine))
                 deadline.last_pass_s = time.monotonic() - started
                 if on_pass is not None:
                     on_pass(runs)
@@ -367,14 +539,17 @@ def _folder_passes(
 
 
 async def _folder_pass(
-    config: Config, docs: list[tuple[str, str]], folder: Path, plan: _Plan, engine: Engine
+    config: Config, docs: Sequence[tuple[str, str | bytes]], folder: Path, plan: _Plan, engine: Engine
 ) -> DaemonRun:
     inbox = folder / "inbox"
     inbox.mkdir(parents=True)
     now = time.time()
-    for position, (name, text) in enumerate(docs):
+    for position, (name, content) in enumerate(docs):
         path = inbox / name
-        path.write_text(text, encoding="utf-8")
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content, encoding="utf-8")
         os.utime(path, (now - len(docs) + position, now - len(docs) + position))  # arrival order
     run_config = config.model_copy(
         update={
@@ -394,11 +569,19 @@ async def _folder_pass(
     run = DaemonRun(label=plan.label)
     sampler = _RssSampler()
     waves_before = _wave_counters()
+    extraction_before = _extraction_counters()
     with sampler:
         await _serve_async(run_config, len(docs), run, RecordingEngine(engine, run, shared=True))
     run.peak_rss = sampler.peak
+    run.peak_daemon_rss = sampler.peak_daemon
+    run.peak_workers_rss = sampler.peak_workers
+    run.peak_worker_rss = sampler.peak_worker
+    run.worker_cpu_s = sampler.worker_cpu_s
     run.light_waves, run.light_wave_seconds = (
         after - before for after, before in zip(_wave_counters(), waves_before, strict=True)
+    )
+    run.extractions, run.extraction_seconds, run.extracted_pages = (
+        after - before for after, before in zip(_extraction_counters(), extraction_before, strict=True)
     )
     for path in (folder / "outbox").glob("*.summary.json"):
         record = json.loads(path.read_text(encoding="utf-8"))
@@ -415,6 +598,23 @@ def _wave_counters() -> tuple[float, float]:
         REGISTRY.get_sample_value("docsumd_admission_light_waves_total") or 0.0,
         REGISTRY.get_sample_value("docsumd_admission_light_wave_seconds_total") or 0.0,
     )
+
+
+def _extraction_counters() -> tuple[float, float, float]:
+    """This process's extraction metrics: extractions (every format and outcome), their wall-clock
+    seconds (waiting for a free worker included), PDF pages extracted."""
+    from prometheus_client import REGISTRY
+
+    count = seconds = 0.0
+    for metric in REGISTRY.collect():
+        if metric.name == "docsumd_extraction_seconds":
+            for sample in metric.samples:
+                if sample.name.endswith("_count"):
+                    count += sample.value
+                elif sample.name.endswith("_sum"):
+                    seconds += sample.value
+    pages = REGISTRY.get_sample_value("docsumd_extracted_pages_total") or 0.0
+    return count, seconds, pages
 
 
 def _run_kafka(config: Config, docs: list[tuple[str, str]], folder: Path, partitions: int) -> DaemonRun:
@@ -546,12 +746,24 @@ class RecordingEngine:
 
 
 class _RssSampler:
-    """Peak RSS of this process and its children (EngineCore, workers), sampled every 0.2 s."""
+    """Peak RSS of this process and its children (EngineCore, workers), sampled every 0.2 s; apart,
+    the extraction workers' (``daemon.document.worker``): their peak together and the largest one's,
+    and their CPU seconds (each worker's last reading; a worker replaced between two samples loses at
+    most 0.2 s of its own)."""
 
     def __init__(self) -> None:
         self.peak = 0
+        self.peak_daemon = 0
+        self.peak_workers = 0
+        self.peak_worker = 0
+        self._worker_cpu: dict[int, float] = {}
+        self._kinds: dict[int, bool] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    @property
+    def worker_cpu_s(self) -> float:
+        return sum(self._worker_cpu.values())
 
     def __enter__(self) -> _RssSampler:
         self._thread.start()
@@ -561,14 +773,28 @@ class _RssSampler:
         self._stop.set()
         self._thread.join()
 
+    def _is_worker(self, process: psutil.Process) -> bool:
+        if process.pid not in self._kinds:
+            self._kinds[process.pid] = "daemon.document.worker" in process.cmdline()
+        return self._kinds[process.pid]
+
     def _sample(self) -> None:
         me = psutil.Process()
         while not self._stop.wait(0.2):
-            total = 0
+            daemon = workers = 0
             for process in [me, *me.children(recursive=True)]:
                 with contextlib.suppress(psutil.Error):
-                    total += process.memory_info().rss
-            self.peak = max(self.peak, total)
+                    rss = process.memory_info().rss
+                    if process is not me and self._is_worker(process):
+                        workers += rss
+                        self.peak_worker = max(self.peak_worker, rss)
+                        times = process.cpu_times()
+                        self._worker_cpu[process.pid] = times.user + times.system
+                    else:
+                        daemon += rss
+            self.peak = max(self.peak, daemon + workers)
+            self.peak_daemon = max(self.peak_daemon, daemon)
+            self.peak_workers = max(self.peak_workers, workers)
 
 
 # -- raw vLLM -------------------------------------------------------------------------------------

@@ -1,11 +1,16 @@
 """The daemon end to end on the Kafka path: real vLLM engine (tiny model), real broker (noida-db).
 
 The daemon runs both sources at once (the harness's config always has the folder), sharing one engine.
+Besides text and JSON messages, the end-to-end test sends documents as raw binary values (a real PDF, a
+DOCX, an HTML page, with and without a ``content-type`` header) and hostile ones (an encrypted PDF, a
+zip-bomb DOCX, a JPEG labelled as a PDF) through the real sandboxed extraction workers.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
+import io
 import json
 import signal
 from collections import Counter
@@ -26,6 +31,7 @@ from tests.e2e.harness import (
 )
 from tests.kafka_broker import (
     KafkaBroker,
+    Message,
     Topics,
     all_committed,
     committed_offsets,
@@ -36,6 +42,41 @@ from tests.kafka_broker import (
 )
 
 pytestmark = [pytest.mark.engine, pytest.mark.kafka]
+
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "documents"
+DOCX_TYPE = b"application/vnd.openxmlformats-officedocument.wordprocessingml.document"
+
+
+def _jpeg() -> bytes:
+    """A real JPEG photo (Pillow, which vLLM installs, writes it)."""
+    from PIL import Image
+
+    buffer = io.BytesIO()
+    Image.new("RGB", (32, 32), (200, 40, 40)).save(buffer, "JPEG")
+    return buffer.getvalue()
+
+
+def _extraction_workers(daemon: DaemonProcess) -> list[int]:
+    """Pids of the daemon's extraction workers (its children running daemon.document.worker; they
+    have a session of their own, so the process-group check does not see them)."""
+    assert daemon.proc is not None
+    pids = []
+    for status in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(status.read_text().rsplit(")", 1)[1].split()[1])
+            command = (status.parent / "cmdline").read_bytes()
+        except (OSError, IndexError, ValueError):
+            continue
+        if ppid == daemon.proc.pid and b"daemon.document.worker" in command:
+            pids.append(int(status.parent.name))
+    return pids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return False
 
 
 def _records(broker: KafkaBroker, topic: str) -> list[Any]:
@@ -79,12 +120,33 @@ def test_kafka_end_to_end(
         "haiku": "invalid_options",
         "nul": "nul_bytes",
     }
+    # Documents as raw binary values, the id from the key, the format from the bytes: a content-type
+    # header is a hint only (and a wrong one changes nothing).
+    pdf = (FIXTURES / "pdf" / "cnfsat.pdf").read_bytes()
+    docx = (FIXTURES / "docx" / "contract.docx").read_bytes()
+    html = (FIXTURES / "html" / "debian-policy-ch-binary.html").read_bytes()
+    binary: list[tuple[bytes, bytes, list[tuple[str, bytes]]]] = [
+        (b"manual-pdf", pdf, [("content-type", b"application/pdf")]),
+        (b"contract-docx", docx, []),
+        (b"policy-html", html, [("content-type", b"text/html; charset=utf-8")]),
+    ]
+    jpeg = _jpeg()
+    hostile: list[tuple[bytes, bytes, list[tuple[str, bytes]]]] = [
+        (b"locked-pdf", (FIXTURES / "pdf" / "generated" / "encrypted.pdf").read_bytes(), []),
+        (b"bomb-docx", (FIXTURES / "docx" / "bomb.docx").read_bytes(), [("content-type", DOCX_TYPE)]),
+        (b"photo-as-pdf", jpeg, [("content-type", b"application/pdf")]),
+    ]
+    expected_reasons |= {"locked-pdf": "encrypted", "bomb-docx": "too_large", "photo-as-pdf": "binary"}
+    good += binary
+    bad += hostile
     # Half before the start, half while it runs; both partitions get some of each.
-    asyncio.run(produce(kafka_broker.bootstrap, topics.input, good[:2] + bad[:2]))
+    first: list[Message] = [*good[:2], *bad[:2], binary[0], hostile[0]]
+    asyncio.run(produce(kafka_broker.bootstrap, topics.input, first))
     configure_kafka(layout, kafka_broker, topics)
     daemon = start_daemon()
     daemon.wait_ready()
-    asyncio.run(produce(kafka_broker.bootstrap, topics.input, good[2:] + bad[2:]))
+    then: list[Message] = [*good[2:4], *bad[2:4], *binary[1:], *hostile[1:]]
+    asyncio.run(produce(kafka_broker.bootstrap, topics.input, then))
     # A header name that is not UTF-8: the Kafka client cannot decode the record (see undecodable.py).
     forged = [(b"forged", b"Some text.", [(b"\xc3\x28", b"v")])]
     forged_at = asyncio.run(produce_batch(kafka_broker.bootstrap, topics.input, forged, partition=1))
@@ -103,10 +165,18 @@ def test_kafka_end_to_end(
     )
     wait_for((layout.outbox / "folder-doc.txt.summary.json").exists, 120, "the folder document")
 
+    assert daemon.proc is not None
+    assert daemon.proc.poll() is None, daemon.log_tail()  # the hostile values stopped nothing
+    assert daemon.http_get("/healthz")[0] == 200
     _, metrics = daemon.http_get("/metrics")
     assert f'docsumd_documents_total{{outcome="ok",source="kafka"}} {float(len(good))}' in metrics
     assert 'docsumd_documents_total{outcome="invalid_message",source="kafka"} 2.0' in metrics
     assert 'docsumd_documents_total{outcome="ok",source="folder"} 1.0' in metrics
+    assert 'docsumd_extractions_total{format="pdf",outcome="ok"} 1.0' in metrics
+    assert 'docsumd_extractions_total{format="pdf",outcome="encrypted"} 1.0' in metrics
+    assert 'docsumd_extractions_total{format="docx",outcome="too_large"} 1.0' in metrics
+    workers = _extraction_workers(daemon)
+    assert workers, "no extraction worker: the binary values were not extracted"
 
     def lag_is_zero() -> bool:
         text = daemon.http_get("/metrics")[1]
@@ -118,10 +188,13 @@ def test_kafka_end_to_end(
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0, daemon.log_tail()
     assert daemon.leftover_processes() == []  # every process of the daemon exits with it
+    wait_for(lambda: not any(map(_alive, workers)), 15, "the extraction workers to exit")
 
     # Results: one per good input, key = id, the folder's record, headers for model and prompt version.
     results = _records(kafka_broker, topics.output)
-    assert Counter(r.key.decode() for r in results) == Counter(["apache", "debian", "w99", "cc0"])
+    assert Counter(r.key.decode() for r in results) == Counter(
+        ["apache", "debian", "w99", "cc0", "manual-pdf", "contract-docx", "policy-html"]
+    )
     for record in results:
         value = json.loads(record.value)
         headers = dict(record.headers)
@@ -139,6 +212,24 @@ def test_kafka_end_to_end(
     assert dict(next(r for r in results if r.key == b"apache").headers)["trace-id"] == b"t-123"
     assert by_id["debian"]["input_bytes"] == len(good[1][1] or b"")
     assert by_id["cc0"]["metadata"]["key"] == "cc0"
+    assert by_id["debian"]["format"] == "text"
+    # The binary values: their detected format, what extraction recorded, and where each part came from.
+    for (key, value, sent_headers), fmt in zip(binary, ["pdf", "docx", "html"], strict=True):
+        result = by_id[key.decode()]
+        assert result["format"] == fmt, (key, result["format"])
+        assert result["input_bytes"] == len(value)
+        assert result["summary"], key
+        assert result["extraction"], key
+        assert result["metadata"]["headers"] == {name: header.decode() for name, header in sent_headers}
+        sources = result["sources"]
+        assert [source["part"] for source in sources] == list(range(1, len(sources) + 1))
+        assert sources[-1]["chars"][1] > 0
+    manual = by_id["manual-pdf"]
+    assert manual["extraction"]["pages"] >= 2
+    assert all(source["pages"][0] <= source["pages"][1] for source in manual["sources"])
+    assert manual["sources"][0]["pages"][0] == 1
+    assert manual["sources"][-1]["pages"][1] == manual["extraction"]["pages"]
+    assert any(source.get("section") or source.get("headings") for source in by_id["policy-html"]["sources"])
 
     # Dead letters: the stable reason, where the message was, and its payload (cut when too large).
     letters = {r.key.decode(): json.loads(r.value) for r in _records(kafka_broker, topics.dead)}
@@ -155,6 +246,12 @@ def test_kafka_end_to_end(
     assert letters["oversized"]["payload_truncated"] is True
     assert len(letters["oversized"]["payload"]) < len(oversized)
     assert letters["nul"]["payload_encoding"] == "utf-8"
+    # A binary value's payload is base64, whole when it fits dead_letter_payload_bytes (64 KiB).
+    assert letters["photo-as-pdf"]["payload_encoding"] == "base64"
+    assert base64.b64decode(letters["photo-as-pdf"]["payload"]) == jpeg
+    assert letters["bomb-docx"]["payload_bytes"] == len(hostile[1][1])
+    assert letters["bomb-docx"]["payload_truncated"] is True
+    assert letters["locked-pdf"]["metadata"]["key"] == "locked-pdf"
     assert all_committed(kafka_broker, topics)
 
 

@@ -15,7 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from daemon.document.extract import text_layout
+from daemon.config import LimitsConfig
+from daemon.document.extract import markup, text_layout
 from daemon.document.extract.markup import (
     MAX_HEADINGS,
     MAX_TITLE_CHARS,
@@ -279,6 +280,29 @@ def test_text_layout_for_each_text_format() -> None:
     assert text_layout(markdown, Format.TEXT) is NO_LAYOUT
     assert text_layout(markdown, Format.HTML) is NO_LAYOUT
     assert text_layout(markdown, Format.MARKDOWN).pages == 0
+
+
+def test_text_layout_looks_at_the_first_max_scan_lines_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(markup, "MAX_SCAN_LINES", 7)
+    markdown = "# A\n\ntext\n\n## B\n\n## C\n"  # C is the 7th line (index 6)
+    assert _titles(text_layout(markdown, Format.MARKDOWN).headings) == [(1, "A"), (2, "B"), (2, "C")]
+    assert _titles(text_layout("\n" + markdown, Format.MARKDOWN).headings) == [(1, "A"), (2, "B")]
+    rst = "A\n=\n\ntext\n\nB\n-\n\nC\n-\n"  # B's underline is the 7th line, C's the 10th
+    assert _titles(text_layout(rst, Format.RST).headings) == [(1, "A"), (2, "B")]
+    # The detection's scans (on the first 64 KiB) and direct calls have no cap.
+    assert _titles(scan_markdown("\n" + markdown).headings) == [(1, "A"), (2, "B"), (2, "C")]
+    assert _titles(scan_rst(rst).headings) == [(1, "A"), (2, "B"), (2, "C")]
+
+
+def test_max_scan_lines_covers_every_input_whose_lines_average_42_bytes() -> None:
+    assert LimitsConfig().max_input_bytes <= markup.MAX_SCAN_LINES * 42
+
+
+def test_a_heading_past_max_scan_lines_is_not_looked_for() -> None:
+    lines = markup.MAX_SCAN_LINES
+    text = "x\n" * (lines - 1) + "# Last looked at\n# Not looked at\n"
+    assert _titles(text_layout(text, Format.MARKDOWN).headings) == [(1, "Last looked at")]
+    assert _titles(text_layout(text, Format.RST).headings) == []
 
 
 # -- hostile input ---------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ in the daemon's own process, not in an extraction worker, so nothing here may be
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -30,6 +31,13 @@ it is written as a paragraph, and not recorded, since every result's ``sources``
 MAX_HEADINGS: Final = 10_000
 """Headings recorded in a layout at most; later ones stay in the text but not in the layout, whose
 look-ups (:meth:`Layout.heading_path`) are linear in the number of headings."""
+MAX_SCAN_LINES: Final = 400_000
+"""Lines of a Markdown or reST text that :func:`markup_layout` looks at for headings, at most. The
+scan is Python, 1-3 µs a line, and runs in the daemon's own process (a thread of it): 16 MiB
+(``limits.max_input_bytes``) of 2-byte lines is 8 M lines, 10-20 s of the daemon's CPU and, for
+reST, a list of 8 M lines (about 1 GiB). An input within 16 MiB whose lines average 42 bytes or more
+is scanned whole; past this many lines, headings stay in the text (the chunker still breaks at them)
+but not in the layout, as past :data:`MAX_HEADINGS`."""
 
 # C0/C1 controls (tab and line breaks included: they become spaces in a line of text), no-break and
 # other odd spaces: everything that ``str.split`` might not treat as a word break, or that must not
@@ -285,12 +293,13 @@ class _MarkdownState:
             self.headings.append(Heading(level=level, title=title, start=start))
 
 
-def scan_markdown(text: str, *, counts: bool = True) -> MarkdownScan:
+def scan_markdown(text: str, *, counts: bool = True, max_lines: int | None = None) -> MarkdownScan:
     """The ATX and setext headings of a Markdown text (not those in fenced or indented code, nor in
     block quotes or list items), with their offsets, and (``counts``) the counts that detection
-    weighs; without them it is faster (links and assignments are not looked for)."""
+    weighs; without them it is faster (links and assignments are not looked for). ``max_lines``: look
+    at the first that many lines only."""
     state = _MarkdownState(counting=counts)
-    for start, line in _lines(text):
+    for start, line in itertools.islice(_lines(text), max_lines):
         _markdown_line(state, start, line)
         if not counts and len(state.headings) >= MAX_HEADINGS:
             break  # no later heading would be recorded
@@ -430,12 +439,12 @@ class _RstState:
             self.headings.append(Heading(level=level, title=title, start=start))
 
 
-def scan_rst(text: str, *, counts: bool = True) -> RstScan:
+def scan_rst(text: str, *, counts: bool = True, max_lines: int | None = None) -> RstScan:
     """The section titles of a reStructuredText text (underlined, or over- and underlined with the
     same character), levels by the order their styles first appear, and (``counts``) the counts
-    that detection weighs."""
+    that detection weighs. ``max_lines``: look at the first that many lines only."""
     state = _RstState()
-    lines = list(_lines(text))
+    lines = list(itertools.islice(_lines(text), max_lines))
     index = 0
     previous_blank = True
     while index < len(lines):
@@ -504,7 +513,7 @@ def markup_layout(text: str, fmt: Format) -> Layout:
     """The headings of a Markdown or reST text as a layout (text formats have no pages); no
     headings for other formats."""
     if fmt is Format.MARKDOWN:
-        return Layout(headings=scan_markdown(text, counts=False).headings)
+        return Layout(headings=scan_markdown(text, counts=False, max_lines=MAX_SCAN_LINES).headings)
     if fmt is Format.RST:
-        return Layout(headings=scan_rst(text, counts=False).headings)
+        return Layout(headings=scan_rst(text, counts=False, max_lines=MAX_SCAN_LINES).headings)
     return Layout()

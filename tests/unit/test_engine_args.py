@@ -28,6 +28,7 @@ from daemon.errors import ConfigError
 from tests.config_files import config_error, config_file
 
 PRESETS = Path(__file__).resolve().parents[2] / "deploy" / "presets"
+BENCH_CONFIGS = Path(__file__).resolve().parents[2] / "bench" / "configs"
 
 
 def _config(tmp_path: Path, engine: str) -> Path:
@@ -335,3 +336,15 @@ def test_there_are_presets_for_one_h200_and_a_7b_model() -> None:
     # The two differ only in what FP8 changes, so their figures compare like with like.
     differing = {name for name in EngineConfig.model_fields if getattr(bf16, name) != getattr(fp8, name)}
     assert differing == {"quantization", "kv_cache_dtype"}
+
+
+@pytest.mark.parametrize(
+    ("preset", "bench"),
+    [("h200-7b-bf16.toml", "h200-qwen7b-dummy.toml"), ("h200-7b-fp8.toml", "h200-qwen7b-dummy-fp8.toml")],
+)
+def test_the_presets_run_the_gpu_benchmarks_engine_settings(preset: str, bench: str) -> None:
+    """The figures measured with bench/configs/ are the presets' own: the same engine but for the
+    model (random weights there)."""
+    shipped = load_config(PRESETS / preset).engine.model_dump(exclude={"model", "load_format"})
+    measured = load_config(BENCH_CONFIGS / bench).engine.model_dump(exclude={"model", "load_format"})
+    assert shipped == measured

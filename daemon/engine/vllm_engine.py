@@ -70,9 +70,6 @@ STOP_PROCESSES_SECONDS = 10.0
 are killed; a build still in vLLM's front-end set-up ends when that does)."""
 
 
-__all__ = ["Engine", "engine_args", "engine_kwargs", "load_tokenizer", "sampling_params"]
-
-
 def engine_args(config: EngineConfig) -> Any:
     """vLLM ``AsyncEngineArgs`` for ``config`` (imported lazily: vLLM takes seconds to import); the
     keywords are :func:`~daemon.engine.vllm_args.engine_kwargs`'s."""

@@ -17,6 +17,12 @@ meaningful within one run):
    once, then each level of combine prompts), each request generating exactly as many tokens as it
    did in the daemon (``ignore_eos``), so both do the same work.
 
+5. **baseline** (``--baseline-config FILE``): before everything else, one daemon pass (admission on)
+   with FILE's engine settings, on an engine of its own (``--warmup`` documents first, as for the
+   main engine): e.g. bf16 against the ``--config``'s FP8. ``vs_baseline`` is the main pass's
+   throughput over it; both files must serve the same model. The raw run uses ``--config``'s engine
+   settings, built by the same mapping as the daemon's (``daemon.engine.vllm_args.engine_kwargs``).
+
 The folder passes (1, 2 and the ``--variant`` passes) run one after the other on one engine, started
 once (``--warmup N`` first runs N documents through it, not counted: a freshly started GPU runs its
 first minute slower); vLLM's prefix cache is emptied before each pass, so no pass reuses another's
@@ -29,6 +35,7 @@ warm-up request, in both) to the last result. Latency is per document, from that
 result written: the wait a user sees who dropped the whole workload in at once.
 
     .venv/bin/python bench/compare.py [--workload corpus|mixed] [--docs DIR] [--config FILE] [--json FILE]
+        [--baseline-config FILE]
 
 **PDF against text** (``--workload pdf``): the folder path with PDFs against the same documents as
 text, two passes on one engine. Every PDF of ``--pdfs`` (default: the real Debian PDFs of
@@ -85,7 +92,8 @@ from daemon.config import (  # noqa: E402
     load_config,
 )
 from daemon.contracts import Generation, Sampling  # noqa: E402
-from daemon.engine.vllm_engine import Engine, engine_kwargs, load_tokenizer  # noqa: E402
+from daemon.engine.vllm_args import engine_kwargs  # noqa: E402
+from daemon.engine.vllm_engine import Engine, load_tokenizer  # noqa: E402
 from daemon.records import parse_request_id  # noqa: E402
 
 SHORT_MAX_TOKENS = 2000  # documents up to this many tokens count as short in the latency split
@@ -125,6 +133,7 @@ class DaemonRun:
     extractions: float = 0.0
     extraction_seconds: float = 0.0
     extracted_pages: float = 0.0
+    kv_cache_tokens: int | None = None
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, default_workload: str) -> None:
@@ -146,6 +155,12 @@ def main() -> int:
     )
     add_workload_arguments(parser, default_workload="corpus")
     parser.add_argument("--fifo", action="store_true", help="also run the daemon with admission off")
+    parser.add_argument(
+        "--baseline-config",
+        type=Path,
+        default=None,
+        help="first, one daemon pass with this config's engine (same model), for vs_baseline",
+    )
     parser.add_argument("--no-raw", action="store_true", help="skip the raw vLLM run")
     parser.add_argument(
         "--warmup", type=int, default=0, help="documents run through the engine first, not counted"
@@ -211,9 +226,23 @@ def main() -> int:
     ]
     budget = _Deadline(args.deadline)
     warmup = docs[: args.warmup]
+    baseline: tuple[Config, DaemonRun] | None = None
+    if args.baseline_config is not None:
+        baseline_config = _baseline_config(args.baseline_config, config)
+        (baseline_run,) = _folder_passes(
+            baseline_config,
+            docs,
+            work / "baseline",
+            [_Plan("baseline", admission=True)],
+            warmup=warmup,
+            deadline=_Deadline(None),
+        )
+        baseline = (baseline_config, baseline_run)
 
     def report(done: list[DaemonRun], raw: dict[str, Any] | None = None) -> dict[str, Any]:
         result = _report(args, config, docs, lengths, done, raw, plans)
+        if baseline is not None:
+            _add_baseline(result, args.baseline_config, *baseline, lengths)
         _write_json(args.json, result)
         return result
 
@@ -262,6 +291,26 @@ def main() -> int:
     _write_json(args.json, result)
     shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def _baseline_config(path: Path, config: Config) -> Config:
+    """``--baseline-config``'s config, which must serve ``config``'s model (only the engine differs)."""
+    baseline = load_config(path)
+    if (baseline.engine.model, baseline.engine.tokenizer) != (config.engine.model, config.engine.tokenizer):
+        raise SystemExit(f"--baseline-config {path}: serves another model than --config")
+    return baseline
+
+
+def _add_baseline(
+    result: dict[str, Any], path: Path, config: Config, run: DaemonRun, lengths: dict[str, int]
+) -> None:
+    """The baseline pass and the main pass's throughput over it, into ``result``."""
+    stats = _run_stats(run, lengths)
+    result["baseline"] = {"config": str(path), **stats, "engine": _engine_report(config)}
+    result["vs_baseline"] = round(result["daemon_docs_per_s"] / stats["docs_per_s"], 3)
+    result["vs_baseline_prompt_tok_per_s"] = round(
+        result["daemon"]["prompt_tok_per_s"] / stats["prompt_tok_per_s"], 3
+    )
 
 
 def _write_json(path: Path | None, result: dict[str, Any]) -> None:
@@ -577,6 +626,7 @@ async def _folder_pass(
     run.peak_workers_rss = sampler.peak_workers
     run.peak_worker_rss = sampler.peak_worker
     run.worker_cpu_s = sampler.worker_cpu_s
+    run.kv_cache_tokens = engine.kv_cache_tokens
     run.light_waves, run.light_wave_seconds = (
         after - before for after, before in zip(_wave_counters(), waves_before, strict=True)
     )
@@ -815,6 +865,8 @@ def _run_raw(config: Config, requests: list[Request]) -> dict[str, Any]:
 
     _assign_stages(requests)
     summary = config.summary
+    # The daemon's own mapping of the engine section (quantization, kv_cache_dtype, speculative,
+    # [engine.extra] included): "raw vLLM with the same settings" by construction.
     llm = LLM(**engine_kwargs(config.engine))
     llm.generate(
         [TokensPrompt(prompt_token_ids=list(range(1, 9)))], SamplingParams(max_tokens=1), use_tqdm=False
@@ -842,6 +894,9 @@ def _run_raw(config: Config, requests: list[Request]) -> dict[str, Any]:
         )
         stage_seconds.append(round(time.monotonic() - stage_started, 3))
     elapsed = time.monotonic() - started
+    cache = getattr(getattr(llm.llm_engine, "vllm_config", None), "cache_config", None)
+    blocks, block_size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
+    kv_cache_tokens = blocks * block_size if isinstance(blocks, int) and isinstance(block_size, int) else None
     try:  # frees the engine's processes now rather than at interpreter exit
         llm.llm_engine.engine_core.shutdown()
     except Exception as exc:  # best effort; the process exits soon anyway
@@ -853,6 +908,7 @@ def _run_raw(config: Config, requests: list[Request]) -> dict[str, Any]:
         "stages": len(stages),
         "stage_seconds": stage_seconds,
         "requests": len(requests),
+        "kv_cache_tokens": kv_cache_tokens,
     }
 
 
@@ -914,14 +970,19 @@ def _report(  # noqa: PLR0917 - one call site, every argument a different kind o
         if label not in (main_run.label, "fifo")
     }
     result["curve"] = [_curve_point(pass_stats, fifo, raw_docs_per_s) for pass_stats in by_label.values()]
-    result["engine"] = {
+    result["engine"] = _engine_report(config)
+    result["admission"] = config.admission.model_dump()
+    result["environment"] = _environment()
+    return result
+
+
+def _engine_report(config: Config) -> dict[str, Any]:
+    """The engine arguments a pass ran with (the daemon's mapping; the raw run's too)."""
+    return {
         key: value
         for key, value in engine_kwargs(config.engine).items()
         if key not in ("tokenizer", "trust_remote_code", "served_model_name")
     }
-    result["admission"] = config.admission.model_dump()
-    result["environment"] = _environment()
-    return result
 
 
 def _curve_point(
@@ -964,6 +1025,7 @@ def _run_stats(run: DaemonRun, lengths: dict[str, int]) -> dict[str, Any]:
         "docs_per_s": round(len(run.finished_at) / elapsed, 3),
         "prompt_tok_per_s": round(prompt_tokens / elapsed, 1),
         "engine_start_s": None if run.engine_start_s is None else round(run.engine_start_s, 2),
+        "kv_cache_tokens": run.kv_cache_tokens,
         "p50_latency_s": _percentile(list(latencies.values()), 0.50),
         "p95_latency_s": _percentile(list(latencies.values()), 0.95),
         "short": {

@@ -135,12 +135,14 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
+    from daemon.engine.vllm_args import installed_vllm
     from daemon.summary.profiles import resolve_profiles
 
     config = load_checked_config(args.file)
     for old, new in config.renamed_keys.items():
         print(f"docsumd: warning: {old} is deprecated: it is now {new}", file=sys.stderr)
     _check_budget(config)
+    print(f"docsumd: {installed_vllm().describe()}", file=sys.stderr)
     for line in describe_profiles(config):
         print(f"docsumd: {line}", file=sys.stderr)
     effective = config.model_dump(mode="json")
@@ -251,13 +253,17 @@ def _cmd_make_demo_model(args: argparse.Namespace) -> int:
 
 def load_checked_config(path: Path) -> Config:
     """:func:`~daemon.config.load_config`, then the checks of its profiles and lengths that need no
-    tokenizer (:func:`~daemon.summary.profiles.resolve_profiles`): :class:`ConfigError` (exit 2)
-    before anything starts. The service checks them again, with the tokenizer, before the engine."""
+    tokenizer (:func:`~daemon.summary.profiles.resolve_profiles`) and the engine settings only vLLM
+    knows (:func:`~daemon.engine.vllm_args.check_engine_config`, against the installed vLLM's source):
+    :class:`ConfigError` (exit 2) before anything starts. The service checks the lengths again with
+    the tokenizer, and the engine its settings against the imported vLLM, before the engine starts."""
+    from daemon.engine.vllm_args import check_engine_config, installed_vllm
     from daemon.summary.profiles import resolve_profiles
 
     config = load_config(path)
     try:
         resolve_profiles(config)
+        check_engine_config(config.engine, installed_vllm())
     except ConfigError as exc:
         raise ConfigError(f"{path}: invalid configuration: {exc}") from None
     return config

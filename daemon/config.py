@@ -72,8 +72,60 @@ def read_config_file(path: Path, limit: int) -> bytes:
     return data
 
 
+class SpeculativeConfig(_Section):
+    """``[engine.speculative]``: speculative decoding without a draft model, mirroring vLLM's
+    ``speculative_config`` (the same key names). The section being present turns it on.
+
+    Random weights make its acceptance rate meaningless, and at high batch sizes it can be slower
+    than off (see the README): measure it on your own model and documents before keeping it."""
+
+    method: Literal["ngram", "suffix"] = Field(
+        description='"ngram": prompt lookup (drafts tokens by matching the last n-gram of the output in '
+        'the prompt: summaries quote their document); "suffix": suffix decoding (needs the '
+        "arctic-inference package, checked before the engine starts)."
+    )
+    num_speculative_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=32,
+        description="Tokens drafted per step; required for ngram; suffix defaults to its tree depth.",
+    )
+    prompt_lookup_max: int | None = Field(
+        default=None, ge=1, description="ngram: the longest n-gram matched (vLLM's default when unset)."
+    )
+    prompt_lookup_min: int | None = Field(
+        default=None, ge=1, description="ngram: the shortest n-gram matched (vLLM's default when unset)."
+    )
+    suffix_decoding_max_tree_depth: int | None = Field(default=None, ge=1)
+    suffix_decoding_max_cached_requests: int | None = Field(default=None, ge=0)
+    suffix_decoding_max_spec_factor: float | None = Field(default=None, gt=0.0)
+    suffix_decoding_min_token_prob: float | None = Field(default=None, ge=0.0, le=1.0)
+
+    @model_validator(mode="after")
+    def _keys_of_the_method(self) -> Self:
+        given = {name for name, value in self if value is not None}
+        other = "suffix_decoding_" if self.method == "ngram" else "prompt_lookup_"
+        foreign = sorted(name for name in given if name.startswith(other))
+        if foreign:
+            raise ValueError(f"{', '.join(foreign)}: not a setting of method {self.method!r}")
+        if self.method == "ngram" and self.num_speculative_tokens is None:
+            raise ValueError("method 'ngram' needs num_speculative_tokens")
+        low, high = self.prompt_lookup_min, self.prompt_lookup_max
+        if low is not None and high is not None and low > high:
+            raise ValueError(f"prompt_lookup_min ({low}) is larger than prompt_lookup_max ({high})")
+        return self
+
+    def vllm_config(self) -> dict[str, Any]:
+        """vLLM's ``speculative_config`` for this section: the keys set (vLLM's defaults for the rest)."""
+        return self.model_dump(exclude_none=True)
+
+
 class EngineConfig(_Section):
-    """How the vLLM engine is built (one engine per daemon)."""
+    """How the vLLM engine is built (one engine per daemon).
+
+    ``quantization``, ``kv_cache_dtype``, ``speculative`` and the names in ``extra`` are checked
+    against the installed vLLM's own lists where the daemon is assembled and again before the engine
+    starts (:mod:`daemon.engine.vllm_args`); here only their shape."""
 
     model: str = Field(description="Local model folder or a model id (ids need a reachable model hub).")
     tokenizer: str | None = Field(default=None, description="Tokenizer folder or id; defaults to the model.")
@@ -101,6 +153,29 @@ class EngineConfig(_Section):
     served_model_name: str | None = Field(
         default=None,
         description="The model name written into results; defaults to the model path's last part.",
+    )
+    quantization: str | None = Field(
+        default=None,
+        min_length=1,
+        description='"fp8" quantizes bf16/fp16 weights to FP8 at load (Hopper and newer GPUs); a '
+        'pre-quantized checkpoint names its format ("awq", "gptq", "compressed-tensors", ...), which vLLM '
+        "also reads from the checkpoint's config. Unset: the checkpoint's own. One of the installed "
+        "vLLM's quantization methods.",
+    )
+    kv_cache_dtype: str = Field(
+        default="auto",
+        min_length=1,
+        description='"auto": the model\'s dtype; "fp8" (= "fp8_e4m3" on NVIDIA) stores the KV cache in '
+        "FP8: twice the tokens in the same memory. One of the installed vLLM's KV cache dtypes.",
+    )
+    speculative: SpeculativeConfig | None = Field(
+        default=None, description="[engine.speculative]: speculative decoding (off when absent)."
+    )
+    extra: dict[str, Any] = Field(
+        default_factory=dict,
+        description="[engine.extra]: any other vLLM engine argument (a field of vLLM's AsyncEngineArgs) "
+        "by its own name, passed as given (TOML types kept). Not one a key above sets, nor one docsumd "
+        "owns (README, Engine arguments).",
     )
 
     @model_validator(mode="after")

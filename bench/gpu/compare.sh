@@ -2,6 +2,9 @@
 # Device call 2 and later: unpack vLLM into /tmp/site (once per machine), then run bench/compare.py
 # with the GPU config; its JSON and log go to $OUT.
 #   T0=$(date +%s) bash .gpu/src/bench/gpu/compare.sh NAME [compare.py arguments...]
+# A --config among the arguments replaces the default bf16 one (argparse keeps the last), e.g.
+#   ... compare.sh corpus-fp8 --config bench/configs/h200-qwen7b-dummy-fp8.toml \
+#         --baseline-config bench/configs/h200-qwen7b-dummy.toml ...   (paths relative to .gpu/src)
 # T0 is when the device call began (several compare.sh in one call share it); the run gets a
 # --deadline that ends CALL_LIMIT (default 585) seconds after T0, so it returns before the device
 # tool's 600 s limit with everything it measured (compare.py rewrites its JSON after each pass).
@@ -41,6 +44,10 @@ try:
 except (OSError, ValueError) as exc:
     sys.exit(f"no JSON: {exc}")
 print("raw docs/s", result.get("raw_docs_per_s"), "ratio", result.get("ratio"))
+if "baseline" in result:
+    print("baseline docs/s", result["baseline"]["docs_per_s"], "vs_baseline", result["vs_baseline"],
+          "KV cache tokens: baseline", result["baseline"].get("kv_cache_tokens"),
+          "main", result["daemon"].get("kv_cache_tokens"), "raw", (result.get("raw") or {}).get("kv_cache_tokens"))
 for point in result.get("curve", []):
     print(json.dumps(point))
 PY

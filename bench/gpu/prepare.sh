@@ -24,8 +24,10 @@ MAIN=$(cd "$(git -C "$REPO" rev-parse --git-common-dir)/.." && pwd)
 CHECKOUTS=("$@")
 [ ${#CHECKOUTS[@]} -gt 0 ] || CHECKOUTS=("$REPO" "$MAIN")
 
-# 1. the recipe's payload, built into a scratch repo (its script writes .git/info/exclude there)
-if [ ! -f "$STAGE/.gpu/b/vllm.tar.xz.sha256" ]; then
+# 1. the recipe's payload, built into a scratch repo (its script writes .git/info/exclude there);
+#    rebuilt when a stage built before the recipe carried FP8's wheels (compressed-tensors, loguru)
+if [ ! -f "$STAGE/.gpu/b/vllm.tar.xz.sha256" ] || ! ls "$STAGE"/.gpu/a/whl/compressed_tensors-*.whl \
+    "$STAGE"/.gpu/a/whl/loguru-*.whl >/dev/null 2>&1; then
   mkdir -p "$STAGE" && git init -q "$STAGE"
   (cd "$STAGE" && REPO="$STAGE" WORK="$WORK" PIP="$PY -m pip" PY_TOK="$PY" bash "$SHARED/gpu/build_payload.sh")
 fi

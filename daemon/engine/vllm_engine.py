@@ -43,6 +43,13 @@ from typing import TYPE_CHECKING, Any
 from daemon.config import EngineConfig
 from daemon.contracts import Generation, Sampling
 from daemon.engine import reaper
+from daemon.engine.vllm_args import (
+    VllmArguments,
+    check_engine_config,
+    engine_kwargs,
+    imported_vllm,
+    installed_vllm,
+)
 from daemon.errors import ConfigError, EngineDeadError, EngineError, RequestError
 from daemon.lifecycle import Lifecycle
 from daemon.ops.logging import get_logger
@@ -63,37 +70,9 @@ STOP_PROCESSES_SECONDS = 10.0
 are killed; a build still in vLLM's front-end set-up ends when that does)."""
 
 
-def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
-    """vLLM engine arguments for ``config`` as keywords (for ``AsyncEngineArgs``, or ``LLM``)."""
-    kwargs: dict[str, Any] = {
-        "model": config.model,
-        "tokenizer": config.tokenizer,
-        "dtype": config.dtype,
-        "max_model_len": config.max_model_len,
-        "max_num_seqs": config.max_num_seqs,
-        "max_num_batched_tokens": config.max_num_batched_tokens,
-        "enable_chunked_prefill": config.enable_chunked_prefill,
-        "enable_prefix_caching": config.enable_prefix_caching,
-        "gpu_memory_utilization": config.gpu_memory_utilization,
-        "tensor_parallel_size": config.tensor_parallel_size,
-        "data_parallel_size": config.data_parallel_size,
-        "enforce_eager": config.enforce_eager,
-        "load_format": config.load_format,
-        "seed": config.seed,
-        "trust_remote_code": config.trust_remote_code,
-        "served_model_name": config.model_name,
-        # Requests stream DELTA outputs (see sampling_params); with an interval as long as any output,
-        # each request sends two: its first token, which tells admission that its prefill is done,
-        # and its end. Nothing per token.
-        "stream_interval": config.max_model_len,
-    }
-    if config.kv_cache_memory_bytes is not None:
-        kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_bytes
-    return kwargs
-
-
 def engine_args(config: EngineConfig) -> Any:
-    """vLLM ``AsyncEngineArgs`` for ``config`` (imported lazily: vLLM takes seconds to import)."""
+    """vLLM ``AsyncEngineArgs`` for ``config`` (imported lazily: vLLM takes seconds to import); the
+    keywords are :func:`~daemon.engine.vllm_args.engine_kwargs`'s."""
     from vllm import AsyncEngineArgs
 
     return AsyncEngineArgs(**engine_kwargs(config))
@@ -189,6 +168,8 @@ class Engine(Lifecycle):
         if self._stopped:
             raise EngineDeadError("this engine was stopped; build a new Engine to start again")
         _check_model_path(self.config.model)
+        # Against the imported vLLM this time (check-config read its source): exit 2 naming the key.
+        check_engine_config(self.config, await asyncio.to_thread(_vllm_arguments))
         # Read when scraped: 0 from the moment vLLM knows its engine is dead, not only once the
         # service has noticed (up to its watch interval later). This supersedes the service's
         # ENGINE_UP.set() calls for the vLLM engine (they remain for other EngineClients).
@@ -520,6 +501,15 @@ async def _abort(llm: Any, request_id: str) -> None:
         await asyncio.shield(llm.abort(request_id))
     except Exception as exc:  # the engine may be going down; the request dies with it
         log.debug("abort failed", request_id=request_id, error=str(exc))
+
+
+def _vllm_arguments() -> VllmArguments:
+    """What the vLLM about to run accepts: from its imported objects (it is imported for the start
+    anyway), else from its source."""
+    try:
+        return imported_vllm()
+    except ImportError:
+        return installed_vllm()
 
 
 def _check_model_path(model: str) -> None:

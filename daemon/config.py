@@ -628,6 +628,12 @@ class KafkaSourceConfig(_Section):
         "is replaced by its reduced dead letter (see the README).",
     )
 
+    compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = Field(
+        default=None,
+        description="How the producer compresses results and dead letters (none by default). Input "
+        "batches of every codec are read whatever this says.",
+    )
+
     def profile_for(self, topic: str) -> str | None:
         """The profile of documents read from ``topic`` (None: summary.profile)."""
         return self.topic_profiles.get(topic, self.profile)

@@ -129,6 +129,81 @@ async def produce_batch(
         await producer.stop()
 
 
+async def produce_compressed(
+    bootstrap: str, topic: str, messages: Sequence[Message], compression_type: str, partition: int = 0
+) -> int:
+    """Write ``messages`` as one record batch compressed with ``compression_type`` (gzip, snappy, lz4,
+    zstd); return the batch's first offset."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", compression_type=compression_type)
+    await producer.start()
+    try:
+        batch = producer.create_batch()
+        for key, value, headers in messages:
+            assert batch.append(timestamp=None, key=key, value=value, headers=headers) is not None
+        batch.close()
+        sent = await producer.send_batch(batch, topic, partition=partition)
+        return int((await sent).offset)
+    finally:
+        await producer.stop()
+
+
+CODEC_IDS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
+
+
+def forged_batch(compressed: bytes, codec_id: int, records: int = 1) -> bytes:
+    """A v2 record batch whose framing (lengths, counts, CRC) is valid and whose compressed payload is
+    ``compressed``, whatever it holds: what a broken or hostile producer can write. ``codec_id`` may be
+    one Kafka does not define (5-7)."""
+    import aiokafka.record.default_records as records_module
+
+    builder = records_module._DefaultRecordBatchBuilderPy(
+        2, 1, is_transactional=0, producer_id=-1, producer_epoch=-1, base_sequence=0, batch_size=1 << 20
+    )
+    for i in range(records):
+        builder.append(i, timestamp=None, key=b"k", value=b"v" * 4096, headers=[])
+    original = records_module.gzip_encode
+    records_module.gzip_encode = lambda data, compresslevel=None: compressed  # the payload chosen
+    try:
+        data = builder.build()
+    finally:
+        records_module.gzip_encode = original
+    data[22] = (data[22] & ~0x07) | codec_id  # the codec bits of attributes (an int16 at 21)
+    crc = records_module.calc_crc32c(bytes(data[21:]))
+    data[17:21] = crc.to_bytes(4, "big")
+    return bytes(data)
+
+
+async def produce_forged_batch(
+    bootstrap: str, topic: str, compressed: bytes, codec_id: int, partition: int = 0
+) -> int:
+    """Write :func:`forged_batch` to ``topic``; return its first offset."""
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all")
+    await producer.start()
+    try:
+        batch = producer.create_batch()
+        forged = forged_batch(compressed, codec_id)
+        batch._builder = _Forged(forged)  # forging on purpose: the bytes go out as they are
+        batch._relative_offset = 1  # one record: the producer resolves an empty batch with no offset
+        batch.close()
+        sent = await producer.send_batch(batch, topic, partition=partition)
+        return int((await sent).offset)
+    finally:
+        await producer.stop()
+
+
+class _Forged:
+    """A batch builder that hands the producer bytes already built."""
+
+    def __init__(self, data: bytes) -> None:
+        self._data = bytearray(data)
+
+    def build(self) -> bytearray:
+        return self._data
+
+    def size(self) -> int:
+        return len(self._data)
+
+
 async def read_all(
     bootstrap: str,
     topic: str,

@@ -109,6 +109,7 @@ class KafkaSink(Lifecycle):
             transactional_id=transactional_id,
             max_request_size=self.config.max_request_bytes,
             linger_ms=5,
+            compression_type=self.config.compression_type,
         )
         await producer.start()
         self._producer = producer

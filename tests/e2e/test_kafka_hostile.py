@@ -5,6 +5,8 @@
   and a message whose result would exceed ``max_request_bytes``. It stays up and healthy, every
   message ends with exactly one result or dead letter with its reason, every record fits
   ``max_request_bytes``, and every offset is committed.
+* Without the engine: lz4 and zstd batches are read, a corrupt compressed batch becomes one dead letter
+  and the source goes on (the sink runs with compression_type = "zstd"; its batches' codec is not checked).
 * Without the engine (the test plays the service): records that fit ``max_request_bytes`` but that
   the broker refuses (noida-db, like Kafka, refuses records over about 1 MiB) are replaced by their
   reduced dead letters, the producer goes on, and the offsets are committed.
@@ -22,11 +24,13 @@ from typing import Any
 import pytest
 
 from daemon.config import KafkaSourceConfig
+from daemon.errors import DocumentError
 from daemon.sinks.kafka import KafkaSink, Output
 from daemon.sources.kafka import KafkaSource
 from daemon.work import WorkItem
 from tests.e2e.harness import DaemonProcess, Layout, configure_kafka, wait_for
 from tests.kafka_broker import (
+    CODEC_IDS,
     AnyMessage,
     KafkaBroker,
     Topics,
@@ -34,6 +38,8 @@ from tests.kafka_broker import (
     committed_offsets,
     create_topics,
     produce,
+    produce_compressed,
+    produce_forged_batch,
     read_all,
 )
 
@@ -224,3 +230,66 @@ async def test_records_the_broker_refuses_are_replaced_by_reduced_dead_letters(
     assert "refused the result" in letters[b"a"]["message"]
     assert (letters[b"b"]["reason"], letters[b"b"]["reduced"]) == ("invalid_message", True)
     assert letters[b"b"]["offset"] == 1
+
+
+async def test_compressed_batches_are_read_and_a_corrupt_one_is_a_dead_letter(
+    kafka_broker: KafkaBroker,
+) -> None:
+    """lz4 and zstd batches are read like any other; a zstd batch whose payload is garbage inside valid
+    framing becomes one dead letter (invalid_message, naming the offset) and the source goes on. The
+    sink runs with ``compression_type = "zstd"`` (its results are read back; their codec is not checked)."""
+    name = uuid.uuid4().hex[:8]
+    config = KafkaSourceConfig.model_validate(
+        {
+            "bootstrap_servers": kafka_broker.bootstrap,
+            "input_topics": [f"in-{name}"],
+            "group_id": f"g-{name}",
+            "output_topic": f"out-{name}",
+            "dead_letter_topic": f"dlq-{name}",
+            "commit_interval_seconds": 0.1,
+            "compression_type": "zstd",
+        }
+    )
+    topic = config.input_topics[0]
+    await create_topics(kafka_broker.bootstrap, [topic, config.output_topic, config.dead_letter_topic])
+    text = b"A notice about the delivery of goods. " * 20
+    await produce_compressed(
+        kafka_broker.bootstrap, topic, [(b"lz4-a", text, []), (b"lz4-b", text, [])], "lz4"
+    )
+    await produce_compressed(kafka_broker.bootstrap, topic, [(b"zstd-a", text, [])], "zstd")
+    corrupt_at = await produce_forged_batch(
+        kafka_broker.bootstrap, topic, b"\x28\xb5\x2f\xfd" + b"garbage!" * 8, CODEC_IDS["zstd"]
+    )
+    await produce(kafka_broker.bootstrap, topic, [(b"after", text, [])])
+    source = KafkaSource(config, KafkaSink(config), max_input_bytes=1 << 20)
+    async with source:
+        items = source.items()
+        taken = await asyncio.wait_for(_take(items, 5), 30)
+        assert [item.id for item in taken] == ["lz4-a", "lz4-b", "zstd-a", f"{topic}-0-{corrupt_at}", "after"]
+        for item in taken:
+            try:
+                assert await item.load() == text
+            except DocumentError as error:
+                assert item is taken[3]
+                failure = {"id": item.id, "source": "kafka", "reason": error.reason, "message": error.message}
+                await item.fail({**failure, "metadata": item.metadata})
+            else:
+                record = {"id": item.id, "source": "kafka", "model": "m", "prompt_version": "v"}
+                await item.complete({**record, "metadata": item.metadata})
+
+        async def committed() -> None:
+            while (await committed_offsets(kafka_broker.bootstrap, config.group_id, topic))[0] != 5:  # noqa: ASYNC110
+                await asyncio.sleep(0.2)
+
+        await asyncio.wait_for(committed(), 20)
+        assert source._failure is None  # the consumer never failed
+        await items.aclose()  # type: ignore[attr-defined]
+
+    results = await read_all(kafka_broker.bootstrap, config.output_topic)
+    assert [record.key for record in results] == [b"lz4-a", b"lz4-b", b"zstd-a", b"after"]
+    dead = await read_all(kafka_broker.bootstrap, config.dead_letter_topic)
+    assert len(dead) == 1
+    letter = json.loads(dead[0].value)
+    assert (letter["reason"], letter["offset"]) == ("invalid_message", corrupt_at)
+    assert "DecompressionError" in letter["message"]
+    assert f"offset {corrupt_at}" in letter["message"]

@@ -474,6 +474,15 @@ def test_kafka_output_topic_may_not_be_an_input(tmp_path: Path) -> None:
     assert "loop" in config_error(config_file(tmp_path, text))
 
 
+def test_kafka_compression_type_is_one_of_kafkas_codecs(tmp_path: Path) -> None:
+    kafka = load_config(config_file(tmp_path, MINIMAL + KAFKA + 'compression_type = "zstd"\n')).sources.kafka
+    assert kafka is not None
+    assert kafka.compression_type == "zstd"
+    assert "compression_type" in config_error(
+        config_file(tmp_path, MINIMAL + KAFKA + 'compression_type = "br"\n')
+    )
+
+
 def test_kafka_sasl_password_is_not_shown(tmp_path: Path) -> None:
     text = (
         MINIMAL

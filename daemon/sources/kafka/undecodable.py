@@ -16,26 +16,47 @@ it cannot be forged). The records before it come through as usual; the source tu
 into a dead letter (``invalid_message``, naming the offsets), and committing it moves the group's
 offset past the whole batch, so a restart never reads it again.
 
+A compressed batch is decompressed when it is iterated (aiokafka's batches do it in ``__iter__``),
+so the wrapper's ``__iter__`` must call the batch's own: without it the compressed bytes were parsed
+as records, and every compressed batch, gzip included, became a dead letter. A compressed payload that
+does not decompress (garbage inside valid framing: ``cramjam.DecompressionError``, ``zlib.error``;
+a codec id Kafka does not define: ``UnsupportedCodecError``) and a batch whose CRC does not match its
+bytes are the input's fault too: the whole batch becomes one stand-in. A codec whose library is
+missing is a broken installation, not an input: this module imports cramjam (aiokafka's snappy, lz4
+and zstd codecs), so a daemon without it does not start.
+
 This replaces one name in ``aiokafka.consumer.fetcher`` (the ``MemoryRecords`` it builds its record
-sets with); the tests check it with a real broker and a forged record. Other decoding failures
-(a compression codec that is not installed, for one) are not the input's fault and still stop the
-consumer.
+sets with); the tests check it with a real broker and forged batches. Not bounded here: how large a
+compressed batch inflates to (aiokafka decompresses a whole batch into memory; see the README's
+Kafka section).
 """
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Final
 
 import aiokafka.consumer.fetcher as _fetcher
-from aiokafka.errors import CorruptRecordException
+import cramjam
+from aiokafka.errors import CorruptRecordException, UnsupportedCodecError
 from aiokafka.record.memory_records import MemoryRecords
 
 from daemon.errors import DocumentError
 
 _DECODING_ERRORS: Final = (UnicodeDecodeError, CorruptRecordException)
 """What a record's own bytes can make aiokafka raise while it decodes them."""
+
+_DECOMPRESSION_ERRORS: Final = (
+    UnsupportedCodecError,  # a codec id that Kafka does not define (5-7)
+    zlib.error,  # gzip: garbage inside a gzip header
+    EOFError,  # gzip: a truncated stream
+    OSError,  # gzip: not a gzip header at all (gzip.BadGzipFile)
+    cramjam.DecompressionError,  # snappy, lz4, zstd: garbage inside valid framing
+    CorruptRecordException,
+)
+"""What a batch's compressed payload can make aiokafka raise while it decompresses it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,16 +109,35 @@ class _TolerantBatch:
         self._batch = batch
         self._next_offset: int = batch.base_offset
         self._done = False
+        self._failure: Exception | None = None
+        """Why the whole batch cannot be read (its CRC, its compressed payload), once known."""
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._batch, name)
 
+    def validate_crc(self) -> bool:
+        """Whether the batch's CRC matches; a mismatch makes the batch a stand-in instead of an error
+        out of the fetcher (which would stop at this batch on every fetch)."""
+        if not self._batch.validate_crc():
+            self._failure = CorruptRecordException(
+                f"the record batch's CRC does not match its bytes (CRC {self._batch.crc:#010x})"
+            )
+        return True
+
     def __iter__(self) -> Iterator[Any]:
+        if self._failure is None:
+            try:
+                iter(self._batch)  # decompresses a compressed batch: aiokafka's batches do it here
+            except _DECOMPRESSION_ERRORS as exc:
+                self._failure = exc
         return self
 
     def __next__(self) -> Any:
         if self._done:
             raise StopIteration
+        if self._failure is not None:
+            self._done = True
+            return self._stand_in(self._failure)
         try:
             record = next(self._batch)
         except StopIteration:

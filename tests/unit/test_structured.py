@@ -70,7 +70,7 @@ def test_the_longest_output_is_the_longest_compact_instance() -> None:
 
 
 def test_refs_to_defs_are_followed_and_recursion_refused() -> None:
-    schema = {
+    schema: dict[str, Any] = {
         "type": "object",
         "additionalProperties": False,
         "properties": {"a": {"$ref": "#/$defs/short"}},

@@ -189,6 +189,15 @@ def observe_structured(profile: str, outcome: str, *, seconds: float, tokens: in
     STRUCTURED_TOKENS.labels(profile=profile).inc(tokens)
 
 
+def observe_structured_profiles(names: Iterable[str]) -> None:
+    """Create the structured series of every profile with a JSON schema at 0."""
+    for name in names:
+        for outcome in ("valid", "retried", "invalid"):
+            STRUCTURED_OUTPUTS.labels(profile=name, outcome=outcome)
+        STRUCTURED_SECONDS.labels(profile=name)
+        STRUCTURED_TOKENS.labels(profile=name)
+
+
 def observe_profiles(names: Iterable[str]) -> None:
     """Create every profile's series at 0, so rates and ratios exist before its first document."""
     for name in names:

@@ -64,8 +64,8 @@ longest output: the grammar does not bound its digits, so this is a convention, 
 RETRY_MIN_TEMPERATURE: Final = 0.5
 """The retry samples at least this warm, so that a greedy profile's retry is a new draw."""
 OUTPUT_HINT: Final = (
-    "Answer with one JSON object and nothing else, in this form, each value taken from the text "
-    "(lists with as many items as the text needs, an empty string where it says nothing):\n"
+    "Answer with one JSON object and nothing else, with the values taken from the text (lists with as "
+    "many items as the text needs, an empty string where it says nothing). Its fields:\n"
 )
 _DRAFTS: Final[dict[str, type[Any]]] = {
     "https://json-schema.org/draft/2020-12/schema": jsonschema.Draft202012Validator,
@@ -174,7 +174,7 @@ class SchemaOutput:
 
     @property
     def hint(self) -> str:
-        return OUTPUT_HINT + json.dumps(skeleton(self.schema), ensure_ascii=False, separators=(",", ":"))
+        return OUTPUT_HINT + "\n".join(field_lines(skeleton(self.schema)))
 
     @property
     def min_tokens(self) -> int:
@@ -413,6 +413,20 @@ class _Shape:
         if kind == "null":
             return None
         return str(node.get("description") or name)
+
+
+def field_lines(shape: Any, path: str = "") -> list[str]:
+    """``- path: description`` for each leaf of a :func:`skeleton` (``parties[].name``). Said as a list,
+    not as an example object: SmolLM2-135M copied an example's placeholder texts into its answers."""
+    if isinstance(shape, dict):
+        return [
+            line for key, value in shape.items() for line in field_lines(value, f"{path}.{key}".strip("."))
+        ]
+    if isinstance(shape, list) and shape:
+        if isinstance(shape[0], dict | list):
+            return field_lines(shape[0], f"{path}[]")
+        return [f"- {path}: a list, each item {shape[0]}"]
+    return [f"- {path}: {shape}"]
 
 
 def _as_list(value: Any) -> list[str]:

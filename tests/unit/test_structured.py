@@ -25,6 +25,7 @@ from daemon.summary.structured import (
     InvalidOutput,
     SchemaProblem,
     checked_validator,
+    field_lines,
     load_schema,
     longest_output_chars,
     parse_instance,
@@ -138,6 +139,12 @@ def test_a_missing_or_oversized_schema_file_is_refused(tmp_path: Path) -> None:
 def test_draft_7_is_accepted_and_the_skeleton_shows_the_shape() -> None:
     checked_validator({**SCHEMA, "$schema": "http://json-schema.org/draft-07/schema#"})
     assert skeleton(SCHEMA) == {"title": "a title", "points": ["points"], "kind": "contract|paper", "year": 0}
+    assert field_lines(skeleton(SCHEMA)) == [
+        "- title: a title",
+        "- points: a list, each item points",
+        "- kind: contract|paper",
+        "- year: 0",
+    ]
 
 
 def test_the_shipped_structured_profiles_have_bounded_schemas_that_fit_their_length() -> None:

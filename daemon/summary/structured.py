@@ -55,9 +55,10 @@ MAX_SCHEMA_FILE_BYTES: Final = 256 << 10
 """The largest ``json_schema_file`` read (256 KiB); a larger one is a configuration error."""
 CHARS_PER_TOKEN: Final = 3
 """How many characters of the longest valid output one token of the summary length is counted for.
-Not a worst case (a token can be a single byte): measured on SmolLM2's tokenizer, compact JSON of
-English values runs at about 3.5-4.5 characters a token (bench/structured.py records it), so 3 leaves
-room. An output that still runs out of tokens is cut off, retried, and ends as ``invalid_output``."""
+A sizing rule for the schema, not a bound: a token can be a single byte, and the demo model's valid
+records ran at 1.8-2.8 characters a token (bench/structured.py records it: they are full of digits
+and underscores). Those records stopped far below their length (66-299 of 512-600 tokens); an output
+that does run out of tokens is cut off, retried, and ends as ``invalid_output``, never lost."""
 NUMBER_CHARS: Final = 24
 """What a ``number`` (or an ``integer`` without both ``minimum`` and ``maximum``) counts for in the
 longest output: the grammar does not bound its digits, so this is a convention, not a bound."""

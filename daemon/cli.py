@@ -158,6 +158,7 @@ def _cmd_check_config(args: argparse.Namespace) -> int:
 def describe_profiles(config: Config) -> list[str]:
     """One line per profile: its name, version, style and length, who uses it, what it is for."""
     from daemon.summary.profiles import resolve_profiles, source_profiles
+    from daemon.summary.structured import SchemaOutput
 
     users: dict[str, list[str]] = {}
     for source, name in source_profiles(config).items():
@@ -168,8 +169,11 @@ def describe_profiles(config: Config) -> list[str]:
         summary = spec.summary
         default = " (summary.profile)" if spec.name == config.summary.profile else ""
         used_by = ", ".join(users.get(spec.name, [])) or "documents that ask for it"
+        style: str = summary.style
+        if isinstance(spec.output, SchemaOutput):  # a structured profile: its schema, and its bound
+            style = f"json ({spec.section.json_schema_file}, {spec.output.longest_chars} characters at most)"
         lines.append(
-            f"  {spec.name}{default}: version {spec.version}, {summary.style}, {summary.max_summary_tokens} "
+            f"  {spec.name}{default}: version {spec.version}, {style}, {summary.max_summary_tokens} "
             f"tokens, temperature {summary.temperature}; used by {used_by}. "
             f"{spec.section.description or ''}".rstrip()
         )

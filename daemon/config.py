@@ -149,6 +149,11 @@ class EngineConfig(_Section):
         default="auto", description='"dummy" runs random weights from config.json alone.'
     )
     seed: int = 0
+    structured_outputs_backend: Literal["xgrammar", "guidance", "outlines", "lm-format-enforcer"] = Field(
+        default="xgrammar",
+        description="vLLM's backend for the final step of profiles with json_schema_file (free whitespace "
+        "is turned off with xgrammar and guidance).",
+    )
     trust_remote_code: bool = False
     served_model_name: str | None = Field(
         default=None,
@@ -268,6 +273,11 @@ class ProfileConfig(_Section):
     instruction_file: Path | None = Field(
         default=None,
         description="A UTF-8 text file holding the instruction instead (relative to the config file).",
+    )
+    json_schema_file: Path | None = Field(
+        default=None,
+        description="A JSON Schema (relative to the config file) the final summary must follow: the "
+        "final step is constrained to it and its output validated (see the README, Structured summaries).",
     )
     document_instruction: str | None = Field(
         default=None, min_length=1, description="What a request for a whole document asks, before the text."

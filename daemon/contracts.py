@@ -102,6 +102,8 @@ class Sampling:
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
     stop: tuple[str, ...] = ()
+    json_schema: str | None = None
+    """A JSON Schema (as JSON text) the output is constrained to, or None for free text."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,10 +22,12 @@ from __future__ import annotations
 class DocumentError(Exception):
     """A per-document failure: the document is refused, recorded and acknowledged; the daemon goes on."""
 
-    def __init__(self, reason: str, message: str) -> None:
+    def __init__(self, reason: str, message: str, *, output: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
+        self.output = output
+        """What the model wrote, for ``invalid_output`` (bounded); the failure record keeps it."""
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}"

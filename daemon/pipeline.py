@@ -32,7 +32,12 @@ from daemon.document.decode import sha256_hex
 from daemon.document.reader import DocumentReader
 from daemon.errors import DocumentError, EngineDeadError, SinkError
 from daemon.ops.logging import get_logger
-from daemon.ops.metrics import observe_failed, observe_profiles, observe_summarized
+from daemon.ops.metrics import (
+    observe_failed,
+    observe_profiles,
+    observe_structured_profiles,
+    observe_summarized,
+)
 from daemon.records import Summary, failure_record, fallback_failure_record, result_record
 from daemon.summary.options import parse_options
 from daemon.summary.profiles import Profile
@@ -66,6 +71,7 @@ class DocumentPipeline:
         self.reader = reader
         self._on_finished = on_finished
         observe_profiles(summarizer.profiles.names)
+        observe_structured_profiles(p.name for p in summarizer.profiles if p.output.schema is not None)
 
     async def process(self, item: WorkItem) -> str:
         """Take ``item`` to an acknowledged result or failure record; return the outcome."""

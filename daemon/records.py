@@ -45,6 +45,8 @@ Headers = list[tuple[str, bytes | None]]
 
 MESSAGE_BYTES: Final = 4096
 """A failure record's ``message`` is cut to this many bytes: it may quote the input (a field name)."""
+OUTPUT_BYTES: Final = 16384
+"""An ``invalid_output`` failure record keeps at most this much of the model's last output, in bytes."""
 REDUCED_TEXT_BYTES: Final = 256
 """What a reduced dead letter keeps of its id and message, in bytes."""
 
@@ -79,6 +81,9 @@ class Summary:
     finish_reason: str | None
     first_token_s: float | None
     engine_s: float
+    structured: dict[str, Any] | None = None
+    """The summary as an object valid against its profile's JSON schema (profiles with
+    ``json_schema_file``; ``text`` is then the JSON as generated), else None."""
     sources: tuple[dict[str, Any], ...] = ()
     """Where in the document each request's text came from, in order: for a staged summary one entry
     per part, else the one span (two for ``head_tail``) that was read. Each has ``part``, ``chars``
@@ -104,6 +109,7 @@ def result_record(
         "id": document.id,
         "source": document.source,
         "summary": summary.text,
+        "structured": summary.structured,
         "model": model,
         "prompt_version": summary.prompt_version,
         "profile": summary.profile,
@@ -149,8 +155,10 @@ def failure_record(
     sha256: str | None,
     input_bytes: int | None,
 ) -> Record:
-    """The JSON object written for a refused or failed document (error file, dead letter)."""
-    return {
+    """The JSON object written for a refused or failed document (error file, dead letter); an
+    ``invalid_output`` failure also has ``output``, the model's last output (cut to
+    :data:`OUTPUT_BYTES`)."""
+    record: Record = {
         "id": doc_id,
         "source": source,
         "reason": error.reason,
@@ -161,6 +169,9 @@ def failure_record(
         "failed_at": utc_now_iso(),
         "docsumd_version": __version__,
     }
+    if error.output is not None:
+        record["output"] = clip_text(error.output, OUTPUT_BYTES)
+    return record
 
 
 def fallback_failure_record(failure: Record, problem: str) -> Record:

@@ -12,6 +12,9 @@ from pydantic import StringConstraints
 
 Style = Literal["prose", "bullets"]
 """How a summary is written: ``prose`` paragraphs or ``bullets`` (a list of points)."""
+PromptStyle = Literal["prose", "bullets", "json"]
+"""What a request asks for after the text: a :data:`Style`, or ``json``, one JSON object following the
+profile's schema (the final step of a profile with ``json_schema_file``; never a document's option)."""
 Strategy = Literal["map_reduce", "head", "head_tail"]
 """What happens to a document longer than the context: summarized in stages, or cut (and said so)."""
 ProfileName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]

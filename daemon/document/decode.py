@@ -24,6 +24,9 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
                    aside unread so that it cannot stop the service again (folder source)
 ``engine_error``   the engine rejected or failed this one request (set by the summarizer)
 ``too_long``       needs more than ``summary.max_parts`` parts (set by the summarizer)
+``invalid_output`` a structured profile's final output was cut off or invalid against its JSON
+                   schema on the first try and the retry (set by the summarizer; the failure
+                   record keeps the output)
 ``invalid_options`` the document's own options (sidecar, message fields) are not valid
 ``internal_error`` a bug met on this document (logged with its traceback)
 ``encrypted``      a password-protected PDF, DOCX or ODT (its text cannot be read without the key)

@@ -74,8 +74,11 @@ def engine_args(config: EngineConfig) -> Any:
     """vLLM ``AsyncEngineArgs`` for ``config`` (imported lazily: vLLM takes seconds to import); the
     keywords are :func:`~daemon.engine.vllm_args.engine_kwargs`'s."""
     from vllm import AsyncEngineArgs
+    from vllm.config import StructuredOutputsConfig
 
-    return AsyncEngineArgs(**engine_kwargs(config))
+    kwargs = engine_kwargs(config)
+    kwargs["structured_outputs_config"] = StructuredOutputsConfig(**kwargs["structured_outputs_config"])
+    return AsyncEngineArgs(**kwargs)
 
 
 def check_platform_support(seeded_keys: Sequence[str]) -> None:
@@ -113,8 +116,11 @@ def load_tokenizer(config: EngineConfig) -> Any:
 def sampling_params(sampling: Sampling) -> SamplingParams:
     """vLLM's sampling settings for ``sampling``."""
     from vllm import SamplingParams
-    from vllm.sampling_params import RequestOutputKind
+    from vllm.sampling_params import RequestOutputKind, StructuredOutputsParams
 
+    structured = None
+    if sampling.json_schema is not None:
+        structured = StructuredOutputsParams(json=sampling.json_schema)
     return SamplingParams(
         # Deltas, thinned to the first token and the end by the engine's stream_interval (see
         # engine_kwargs): the first output marks the end of the prefill, for admission.
@@ -127,6 +133,7 @@ def sampling_params(sampling: Sampling) -> SamplingParams:
         frequency_penalty=sampling.frequency_penalty,
         stop=list(sampling.stop) or None,
         seed=sampling.seed,
+        structured_outputs=structured,
     )
 
 

@@ -51,7 +51,7 @@ from daemon.summary.prompts import (
 
 if TYPE_CHECKING:
     from daemon.config import SummaryConfig
-    from daemon.typing import Style
+    from daemon.typing import PromptStyle
 
 LABEL_TOKENS: Final = 16
 """Room for a combine entry's "[Part N]" label and separator."""
@@ -150,6 +150,7 @@ class ContextBudget:
         instructions: Instructions = DEFAULT_INSTRUCTIONS,
         profile_key: str | None = None,
         summary_key: str = "summary.max_summary_tokens",
+        output_hint: str | None = None,
     ) -> ContextBudget:
         """The budget of ``summary`` in a context of ``context_tokens`` with ``tokenizer``'s prompts
         worded by ``instructions``.
@@ -157,9 +158,14 @@ class ContextBudget:
         Raises :class:`~daemon.errors.ConfigError` naming the key to change if any rule is broken:
         ``summary_key`` is where ``summary.max_summary_tokens`` was set, and ``profile_key``
         (``profiles.NAME``), when given, starts the message.
+
+        ``output_hint``: a structured profile's schema hint; its final steps are then checked in
+        the ``json`` style (the hint, after the text, takes room too).
         """
         try:
-            return cls._create(summary, context_tokens, PromptBuilder(tokenizer, instructions), summary_key)
+            prompts = PromptBuilder(tokenizer, instructions, output_hint)
+            final_style: PromptStyle = summary.style if output_hint is None else "json"
+            return cls._create(summary, context_tokens, prompts, summary_key, final_style)
         except ConfigError as exc:
             if profile_key is None:
                 raise
@@ -167,7 +173,12 @@ class ContextBudget:
 
     @classmethod
     def _create(
-        cls, summary: SummaryConfig, context_tokens: int, prompts: PromptBuilder, summary_key: str
+        cls,
+        summary: SummaryConfig,
+        context_tokens: int,
+        prompts: PromptBuilder,
+        summary_key: str,
+        final_style: PromptStyle,
     ) -> ContextBudget:
         check_summary_lengths(summary, context_tokens, summary_key=summary_key)
         part_tokens = part_summary_tokens(summary, context_tokens)
@@ -180,10 +191,10 @@ class ContextBudget:
             overlap_tokens=min(summary.chunk_overlap_tokens, part_input_tokens // 4),
             prompts=prompts,
         )
-        budget._check_staging(summary.style, summary_key)
+        budget._check_staging(final_style, summary_key)
         return budget
 
-    def _check_staging(self, style: Style, summary_key: str) -> None:
+    def _check_staging(self, style: PromptStyle, summary_key: str) -> None:
         """Rules 3 and 4 for the configured summary."""
         part = self.part_summary_tokens
         needed = 2 * (part + LABEL_TOKENS)
@@ -202,7 +213,7 @@ class ContextBudget:
                 f"{summary_key} or raise engine.max_model_len"
             )
 
-    def room(self, kind: PromptKind, style: Style, max_tokens: int) -> int:
+    def room(self, kind: PromptKind, style: PromptStyle, max_tokens: int) -> int:
         """Tokens of text a request of ``kind`` asking for ``max_tokens`` in ``style`` can carry."""
         return _room(self.prompts, self.context_tokens, kind, style, max_tokens)
 
@@ -210,13 +221,13 @@ class ContextBudget:
         """Whether a prompt of ``prompt_tokens`` with ``max_tokens`` of output fits the context."""
         return prompt_tokens + max_tokens <= self.context_tokens
 
-    def step_tokens(self, style: Style, max_tokens: int) -> int:
+    def step_tokens(self, style: PromptStyle, max_tokens: int) -> int:
         """Length of intermediate combined summaries: at most a part summary, and small enough that
         two of them (with labels) fit in the final combine request, so staging always converges."""
         final_room = self.room(PromptKind.COMBINE, style, max_tokens)
         return min(self.part_summary_tokens, final_room // 2 - LABEL_TOKENS)
 
-    def combining(self, style: Style, max_tokens: int) -> Combining:
+    def combining(self, style: PromptStyle, max_tokens: int) -> Combining:
         """The combine steps of a summary of ``max_tokens`` in ``style``."""
         step_tokens = self.step_tokens(style, max_tokens)
         return Combining(
@@ -225,7 +236,7 @@ class ContextBudget:
             step_room=self.room(PromptKind.COMBINE, _PART_STYLE, step_tokens),
         )
 
-    def check_summary(self, max_tokens: int, style: Style) -> None:
+    def check_summary(self, max_tokens: int, style: PromptStyle) -> None:
         """Rules 1 and 4 for one document's summary; ``DocumentError("invalid_options")`` if broken."""
         if max_tokens > max_summary_tokens(self.context_tokens):
             raise DocumentError(
@@ -249,13 +260,13 @@ class ContextBudget:
             "overlap_tokens": self.overlap_tokens,
         }
 
-    def _combines(self, style: Style, max_tokens: int) -> bool:
+    def _combines(self, style: PromptStyle, max_tokens: int) -> bool:
         """Rule 4: whether intermediate summaries of a summary of ``max_tokens`` are long enough."""
         return self.step_tokens(style, max_tokens) >= _MIN_STEP_TOKENS
 
 
 def _room(
-    prompts: PromptBuilder, context_tokens: int, kind: PromptKind, style: Style, max_tokens: int
+    prompts: PromptBuilder, context_tokens: int, kind: PromptKind, style: PromptStyle, max_tokens: int
 ) -> int:
     """Tokens of text a request can carry: the context less the output and the template."""
     return context_tokens - max_tokens - prompts.overhead(kind, style=style, max_tokens=max_tokens)

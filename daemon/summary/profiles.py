@@ -50,6 +50,7 @@ from daemon.contracts import Sampling
 from daemon.errors import ConfigError, DocumentError
 from daemon.summary.budget import ContextBudget, check_summary_lengths
 from daemon.summary.prompts import DEFAULT_INSTRUCTIONS, ChatTokenizer, Instructions, PromptBuilder
+from daemon.summary.structured import CHARS_PER_TOKEN, PROSE, OutputFormat, SchemaProblem, load_schema
 from daemon.typing import DEFAULT_PROFILE
 
 VERSION_DIGITS: Final = 12
@@ -81,6 +82,9 @@ class Profile:
     """``[summary]`` with the profile's lengths, style and sampling where it sets them."""
     budget: ContextBudget
     """Its context budget: its lengths, and rooms that leave out its own template."""
+    output: OutputFormat = PROSE
+    """What its final step asks for and accepts: prose, or one JSON object of its schema
+    (:mod:`daemon.summary.structured`)."""
 
     @property
     def prompts(self) -> PromptBuilder:
@@ -157,8 +161,14 @@ def summary_sampling(summary: SummaryConfig, max_tokens: int | None = None) -> S
 def shipped_profiles() -> Mapping[str, ProfileConfig]:
     """The profiles docsumd ships (daemon/profiles.toml), by name. Only ``default`` is on by itself;
     the others are used by naming them in the config (an empty ``[profiles.NAME]`` is enough)."""
-    text = importlib.resources.files("daemon").joinpath("profiles.toml").read_text(encoding="utf-8")
-    return {name: ProfileConfig.model_validate(table) for name, table in tomllib.loads(text).items()}
+    package = importlib.resources.files("daemon")
+    text = package.joinpath("profiles.toml").read_text(encoding="utf-8")
+    profiles = {}
+    for name, table in tomllib.loads(text).items():
+        if "json_schema_file" in table:  # relative to the package, as a config's are to the config file
+            table["json_schema_file"] = str(package.joinpath(table["json_schema_file"]))
+        profiles[name] = ProfileConfig.model_validate(table)
+    return profiles
 
 
 def effective_profiles(config: Config) -> dict[str, ProfileConfig]:
@@ -216,8 +226,10 @@ def instructions_of(profile: ProfileConfig) -> Instructions:
     return dataclasses.replace(DEFAULT_INSTRUCTIONS, **{key: text for key, text in own.items() if text})
 
 
-def profile_version(instructions: Instructions, summary: SummaryConfig) -> str:
-    """The version of a profile's wording and sampling (see the module's doc)."""
+def profile_version(
+    instructions: Instructions, summary: SummaryConfig, schema: dict[str, Any] | None = None
+) -> str:
+    """The version of a profile's wording, sampling and JSON schema (see the module's doc)."""
     sampling = summary_sampling(summary)
     payload: dict[str, Any] = {
         "instructions": dataclasses.asdict(instructions),
@@ -233,6 +245,8 @@ def profile_version(instructions: Instructions, summary: SummaryConfig) -> str:
     }
     if summary.opening_tokens:  # what the final combine step reads; absent when 0 (older versions hold)
         payload["opening_tokens"] = summary.opening_tokens
+    if schema is not None:  # absent without one: the versions of prose profiles hold
+        payload["json_schema"] = schema
     canonical = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:VERSION_DIGITS]
 
@@ -252,6 +266,8 @@ class ProfileSpec:
     """:func:`profile_version` of its wording and sampling."""
     summary_key: str
     """Where its ``max_summary_tokens`` is set (errors name it)."""
+    output: OutputFormat = PROSE
+    """Its final step's format: prose, or its ``json_schema_file``'s schema, checked."""
 
 
 def resolve_profiles(config: Config) -> list[ProfileSpec]:
@@ -260,7 +276,8 @@ def resolve_profiles(config: Config) -> list[ProfileSpec]:
     readable, the summary lengths within rules 1 and 2 of :mod:`daemon.summary.budget` (``[summary]``,
     then each profile that sets its own), every profile a source names known. Raises
     :class:`~daemon.errors.ConfigError` naming the key to change."""
-    specs = [_resolve(name, section, config) for name, section in effective_profiles(config).items()]
+    backend = config.engine.structured_outputs_backend
+    specs = [_resolve(name, section, config, backend) for name, section in effective_profiles(config).items()]
     context_tokens = config.engine.max_model_len
     check_summary_lengths(config.summary, context_tokens)
     for spec in specs:
@@ -270,10 +287,10 @@ def resolve_profiles(config: Config) -> list[ProfileSpec]:
     return specs
 
 
-def _resolve(name: str, section: ProfileConfig, config: Config) -> ProfileSpec:
+def _resolve(name: str, section: ProfileConfig, config: Config, backend: str) -> ProfileSpec:
     own = _sets_length(config, name)
     key = f"profiles.{name}.max_summary_tokens" if own else "summary.max_summary_tokens"
-    return _spec(name, section, config.summary, summary_key=key)
+    return _spec(name, section, config.summary, summary_key=key, backend=backend)
 
 
 def _sets_length(config: Config, name: str) -> bool:
@@ -282,20 +299,51 @@ def _sets_length(config: Config, name: str) -> bool:
     return section is not None and section.max_summary_tokens is not None
 
 
-def _spec(name: str, section: ProfileConfig, summary: SummaryConfig, *, summary_key: str) -> ProfileSpec:
+def _spec(
+    name: str,
+    section: ProfileConfig,
+    summary: SummaryConfig,
+    *,
+    summary_key: str,
+    backend: str = "xgrammar",
+) -> ProfileSpec:
     try:
         instructions = instructions_of(section)
     except ValueError as exc:
         raise ConfigError(f"profiles.{name}.instruction_file: {exc}") from None
     effective = profile_summary(section, summary)
+    output = _output_format(name, section, effective, summary_key, backend)
     return ProfileSpec(
         name=name,
         section=section,
         summary=effective,
         instructions=instructions,
-        version=profile_version(instructions, effective),
+        version=profile_version(instructions, effective, output.schema),
         summary_key=summary_key,
+        output=output,
     )
+
+
+def _output_format(
+    name: str, section: ProfileConfig, summary: SummaryConfig, summary_key: str, backend: str
+) -> OutputFormat:
+    """The profile's final format: its schema, checked (:func:`~daemon.summary.structured.load_schema`,
+    and its longest output within the profile's summary length), or prose."""
+    if section.json_schema_file is None:
+        return PROSE
+    key = f"profiles.{name}.json_schema_file"
+    try:
+        output = load_schema(section.json_schema_file, backend=backend)
+    except SchemaProblem as exc:
+        raise ConfigError(f"{key}: {exc}") from None
+    if summary.max_summary_tokens < output.min_tokens:
+        raise ConfigError(
+            f"{key}: the longest output the schema allows is {output.longest_chars} characters, which "
+            f"needs {output.min_tokens} tokens (at {CHARS_PER_TOKEN} characters a token) but "
+            f"{summary_key} is {summary.max_summary_tokens}: raise it or bound the schema more tightly "
+            "(maxLength, maxItems)"
+        )
+    return output
 
 
 def _check_known(config: Config, known: list[str]) -> None:
@@ -347,6 +395,7 @@ def build_profile(spec: ProfileSpec, context_tokens: int, tokenizer: ChatTokeniz
         instructions=spec.instructions,
         profile_key=f"profiles.{spec.name}",
         summary_key=spec.summary_key,
+        output_hint=spec.output.hint,
     )
     return Profile(
         name=spec.name,
@@ -354,6 +403,7 @@ def build_profile(spec: ProfileSpec, context_tokens: int, tokenizer: ChatTokeniz
         description=spec.section.description or "",
         summary=spec.summary,
         budget=budget,
+        output=spec.output,
     )
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:  # only a type here
-    from daemon.typing import Style
+    from daemon.typing import PromptStyle
 
 PROMPT_VERSION: Final = "summary-v4"
 
@@ -125,16 +125,21 @@ def user_message(
     kind: PromptKind,
     text: str,
     *,
-    style: Style,
+    style: PromptStyle,
     max_tokens: int,
     instructions: Instructions = DEFAULT_INSTRUCTIONS,
+    output_hint: str | None = None,
 ) -> str:
-    """The user turn: the kind's instruction, the text, then the requested length and style."""
-    after = (
-        f"{_STYLE_HINTS[style]} {length_hint(max_tokens)}"
-        if kind is not PromptKind.PART
-        else (length_hint(max_tokens))
-    )
+    """The user turn: the kind's instruction, the text, then the requested length and style; for the
+    ``json`` style, ``output_hint`` instead (the profile's schema bounds the length)."""
+    if style == "json":
+        if output_hint is None:
+            raise ValueError("the json style needs the profile's output hint")
+        after = output_hint
+    elif kind is PromptKind.PART:
+        after = length_hint(max_tokens)
+    else:
+        after = f"{_STYLE_HINTS[style]} {length_hint(max_tokens)}"
     return f"{instructions.for_kind(kind)}\n\n<document>\n{text}\n</document>\n\n{after}"
 
 
@@ -142,12 +147,15 @@ def build_template(
     tokenizer: ChatTokenizer,
     kind: PromptKind = PromptKind.DOCUMENT,
     *,
-    style: Style = "prose",
+    style: PromptStyle = "prose",
     max_tokens: int = 256,
     instructions: Instructions = DEFAULT_INSTRUCTIONS,
+    output_hint: str | None = None,
 ) -> PromptTemplate:
     """Render the prompt once around a marker and split it, so each request costs one concatenation."""
-    user = user_message(kind, _MARKER, style=style, max_tokens=max_tokens, instructions=instructions)
+    user = user_message(
+        kind, _MARKER, style=style, max_tokens=max_tokens, instructions=instructions, output_hint=output_hint
+    )
     system = instructions.system
     if getattr(tokenizer, "chat_template", None):
         messages = [{"role": "system", "content": system}, {"role": "user", "content": user}]
@@ -171,18 +179,33 @@ class PromptBuilder:
     prompt size vLLM sees.
     """
 
-    def __init__(self, tokenizer: ChatTokenizer, instructions: Instructions = DEFAULT_INSTRUCTIONS) -> None:
+    def __init__(
+        self,
+        tokenizer: ChatTokenizer,
+        instructions: Instructions = DEFAULT_INSTRUCTIONS,
+        output_hint: str | None = None,
+    ) -> None:
+        """``output_hint``: what a request in the ``json`` style asks for after the text (a structured
+        profile's schema, :mod:`daemon.summary.structured`)."""
         self._tokenizer = tokenizer
         self.instructions = instructions
-        self._cache: dict[tuple[PromptKind, Style, int], tuple[list[int], list[int]]] = {}
+        self.output_hint = output_hint
+        self._cache: dict[tuple[PromptKind, PromptStyle, int], tuple[list[int], list[int]]] = {}
 
-    def template_ids(self, kind: PromptKind, *, style: Style, max_tokens: int) -> tuple[list[int], list[int]]:
+    def template_ids(
+        self, kind: PromptKind, *, style: PromptStyle, max_tokens: int
+    ) -> tuple[list[int], list[int]]:
         """The (prefix, suffix) token ids around the text of a request."""
         key = (kind, style, max_tokens)
         cached = self._cache.get(key)
         if cached is None:
             template = build_template(
-                self._tokenizer, kind, style=style, max_tokens=max_tokens, instructions=self.instructions
+                self._tokenizer,
+                kind,
+                style=style,
+                max_tokens=max_tokens,
+                instructions=self.instructions,
+                output_hint=self.output_hint,
             )
             cached = (
                 self._tokenizer.encode(template.prefix, add_special_tokens=False),
@@ -191,12 +214,14 @@ class PromptBuilder:
             self._cache[key] = cached
         return cached
 
-    def overhead(self, kind: PromptKind, *, style: Style, max_tokens: int) -> int:
+    def overhead(self, kind: PromptKind, *, style: PromptStyle, max_tokens: int) -> int:
         """Tokens the template itself takes in a prompt of this kind."""
         prefix, suffix = self.template_ids(kind, style=style, max_tokens=max_tokens)
         return len(prefix) + len(suffix)
 
-    def build(self, kind: PromptKind, body_ids: list[int], *, style: Style, max_tokens: int) -> list[int]:
+    def build(
+        self, kind: PromptKind, body_ids: list[int], *, style: PromptStyle, max_tokens: int
+    ) -> list[int]:
         """The whole prompt: prefix, the text's ids, suffix."""
         prefix, suffix = self.template_ids(kind, style=style, max_tokens=max_tokens)
         return [*prefix, *body_ids, *suffix]

@@ -80,6 +80,8 @@ class FakeEngine:
         self.stopped = False
         self.kv_cache_tokens: int | None = None
         self.start_seconds: float | None = None
+        self.replies: list[tuple[str, str]] = []
+        """(text, finish_reason) answers, used up one per request in order before ``text`` is."""
 
     @property
     def is_running(self) -> bool:
@@ -139,12 +141,13 @@ class FakeEngine:
             raise
         finally:
             self.active -= 1
+        text, finish_reason = self.replies.pop(0) if self.replies else (self.text, "stop")
         return Generation(
-            text=self.text,
+            text=text,
             prompt_tokens=len(prompt_token_ids),
             output_tokens=self.output_tokens,
             cached_prompt_tokens=self.cached_prompt_tokens,
-            finish_reason="stop",
+            finish_reason=finish_reason,
             first_token_s=0.01,
             total_s=delay,
         )

@@ -16,17 +16,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 
 from daemon.config import load_config
-from daemon.summary.profiles import resolve_profiles
+from daemon.summary.profiles import resolve_profiles, shipped_profiles
 from tests.corpus import corpus_text
 from tests.e2e.harness import REPO, DaemonProcess, Layout, configure_kafka, drop_file, wait_for
 from tests.kafka_broker import KafkaBroker, Topics, all_committed, create_topics, produce, read_all
 
 pytestmark = [pytest.mark.engine, pytest.mark.kafka]
 
-PROFILES = "\n[profiles.brief]\n\n[profiles.abstract]\ntemperature = 0.1\n"
+PROFILES = "\n[profiles.brief]\n\n[profiles.abstract]\ntemperature = 0.1\n\n[profiles.contract]\n"
 
 
 def _records(broker: KafkaBroker, topic: str) -> list[Any]:
@@ -56,8 +57,8 @@ def test_folder_and_kafka_topic_with_different_profiles_in_one_daemon(
     with layout.config.open("a", encoding="utf-8") as config:
         config.write(PROFILES)
     versions = _expected_versions(layout)
-    assert set(versions) == {"default", "brief", "abstract"}
-    assert len(set(versions.values())) == 3
+    assert set(versions) == {"default", "brief", "abstract", "contract"}
+    assert len(set(versions.values())) == 4
 
     # Folder: one document under the folder's profile, one asking for a known profile, one for an
     # unknown one. Sidecars first: they are read with their document.
@@ -77,6 +78,9 @@ def test_folder_and_kafka_topic_with_different_profiles_in_one_daemon(
                 (b"k-topic", text.encode(), [("content-type", b"text/plain")]),
                 (b"k-default", json.dumps({"text": text, "options": {"profile": "default"}}).encode(), []),
                 (b"k-poem", json.dumps({"text": text, "options": {"profile": "poem"}}).encode(), []),
+                # The shipped structured profile: a result whose `structured` validates, or (random
+                # weights) an invalid_output dead letter; never lost.
+                (b"k-contract", json.dumps({"text": text, "options": {"profile": "contract"}}).encode(), []),
             ],
         )
     )
@@ -84,9 +88,9 @@ def test_folder_and_kafka_topic_with_different_profiles_in_one_daemon(
     daemon.wait_ready()
 
     def finished() -> bool:
+        written = _records(kafka_broker, topics.output) + _records(kafka_broker, topics.dead)
         return (
-            len(_records(kafka_broker, topics.output)) >= 2
-            and len(_records(kafka_broker, topics.dead)) >= 1
+            {record.key for record in written} >= {b"k-topic", b"k-default", b"k-poem", b"k-contract"}
             and {"contract.txt", "asks-abstract.txt"} <= layout.inputs_in(layout.done)
             and "odd.txt" in layout.inputs_in(layout.failed)
         )
@@ -107,7 +111,7 @@ def test_folder_and_kafka_topic_with_different_profiles_in_one_daemon(
     assert 'profile="poem"' not in metrics  # labels are the config's names only
     assert 'docsumd_profile_cached_prompt_tokens_total{profile="abstract"}' in metrics
     budgets = {e["profile"] for e in daemon.log_events() if e.get("event") == "context budget"}
-    assert budgets == {"default", "brief", "abstract"}
+    assert budgets == {"default", "brief", "abstract", "contract"}
 
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0, daemon.log_tail()
@@ -118,6 +122,10 @@ def test_folder_and_kafka_topic_with_different_profiles_in_one_daemon(
     assert folder["contract.txt"]["style"] == "bullets"  # the brief's default style
     assert folder["asks-abstract.txt"]["profile"] == "abstract"
     kafka = {record.key.decode(): record for record in _records(kafka_broker, topics.output)}
+    letters = {r.key.decode(): json.loads(r.value) for r in _records(kafka_broker, topics.dead)}
+    _check_structured(kafka, letters, metrics)
+    kafka.pop("k-contract", None)
+    letters.pop("k-contract", None)
     assert set(kafka) == {"k-topic", "k-default"}
     results = {**folder, **{key: json.loads(record.value) for key, record in kafka.items()}}
     assert results["k-topic"]["profile"] == "abstract"
@@ -131,12 +139,38 @@ def test_folder_and_kafka_topic_with_different_profiles_in_one_daemon(
         assert headers["profile_version"].decode() == results[key]["profile_version"]
 
     # An unknown profile fails its document with invalid_options, naming the known ones.
-    expected = "unknown profile 'poem'; this daemon has: default, brief, abstract"
+    expected = "unknown profile 'poem'; this daemon has: default, brief, abstract, contract"
     assert layout.error("odd.txt")["reason"] == "invalid_options"
     assert layout.error("odd.txt")["message"] == expected
-    letters = {r.key.decode(): json.loads(r.value) for r in _records(kafka_broker, topics.dead)}
     assert set(letters) == {"k-poem"}
     assert (letters["k-poem"]["reason"], letters["k-poem"]["message"]) == ("invalid_options", expected)
+
+
+def _check_structured(outputs: dict[str, Any], letters: dict[str, Any], metrics: str) -> None:
+    """The Kafka message asking for the shipped ``contract`` profile ended as an output message whose
+    ``structured`` validates against the profile's schema, or as an ``invalid_output`` dead letter
+    keeping the model's output; counted once by the structured metrics and the profile's outcome."""
+    if "k-contract" in outputs:
+        result = json.loads(outputs["k-contract"].value)
+        schema_file = shipped_profiles()["contract"].json_schema_file
+        assert schema_file is not None
+        jsonschema.validate(result["structured"], json.loads(schema_file.read_text(encoding="utf-8")))
+        assert (result["profile"], result["style"]) == ("contract", "json")
+        assert json.loads(result["summary"]) == result["structured"]
+        outcome = "ok"
+    else:
+        letter = letters["k-contract"]
+        assert letter["reason"] == "invalid_output", letter
+        assert isinstance(letter["output"], str)
+        outcome = "invalid_output"
+    sample = f'docsumd_profile_documents_total{{outcome="{outcome}",profile="contract"}} 1.0'
+    assert sample in metrics, sample
+    counted = [
+        line
+        for line in metrics.splitlines()
+        if line.startswith("docsumd_structured_outputs_total{") and line.endswith(" 1.0")
+    ]
+    assert len(counted) == 1, counted
 
 
 @pytest.mark.parametrize(
@@ -148,8 +182,19 @@ def test_folder_and_kafka_topic_with_different_profiles_in_one_daemon(
             "sources.folder.profile: unknown profile 'legal' (profiles: default)",
         ),
         ({}, '\n[profiles.memo]\ninstruction_file = "memo.txt"\n', "profiles.memo.instruction_file"),
+        ({}, '\n[profiles.record]\njson_schema_file = "record.json"\n', "profiles.record.json_schema_file"),
+        (
+            {},
+            "\n[profiles.contract]\nmax_summary_tokens = 128\n",
+            "profiles.contract.json_schema_file: the longest output the schema allows is",
+        ),
     ],
-    ids=["unknown-profile-in-a-source", "missing-instruction-file"],
+    ids=[
+        "unknown-profile-in-a-source",
+        "missing-instruction-file",
+        "missing-schema-file",
+        "schema-longer-than-the-summary",
+    ],
 )
 def test_a_bad_profile_is_refused_with_exit_2_naming_the_key(
     layout: Layout, overrides: dict[str, str], extra: str, named: str

@@ -111,9 +111,9 @@ def test_default_sampling_adds_nothing_to_what_vllm_did_before() -> None:
 # -- shipped profiles --------------------------------------------------------------------------------
 
 
-def test_docsumd_ships_default_brief_abstract_and_bullets_each_with_a_description() -> None:
+def test_docsumd_ships_default_brief_abstract_bullets_contract_and_paper_each_with_a_description() -> None:
     shipped = shipped_profiles()
-    assert list(shipped) == ["default", "brief", "abstract", "bullets"]
+    assert list(shipped) == ["default", "brief", "abstract", "bullets", "contract", "paper"]
     assert all(profile.description for profile in shipped.values())
     assert shipped["default"].model_dump(exclude_none=True) == {"description": shipped["default"].description}
     assert shipped["brief"].style == "bullets"
@@ -122,6 +122,10 @@ def test_docsumd_ships_default_brief_abstract_and_bullets_each_with_a_descriptio
         assert shipped[name].instruction
         # Lengths stay with [summary]: a shipped profile never makes a valid config's budget fail.
         assert shipped[name].max_summary_tokens is None
+    # The structured profiles (tests/unit/test_structured.py) set the length their schema needs.
+    for name in ("contract", "paper"):
+        assert shipped[name].json_schema_file is not None
+        assert shipped[name].max_summary_tokens
 
 
 def test_only_default_is_on_until_the_config_names_a_shipped_profile() -> None:

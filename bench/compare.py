@@ -147,6 +147,12 @@ def add_workload_arguments(parser: argparse.ArgumentParser, *, default_workload:
         "--count", type=int, default=60, help="mixed: number of documents; pdf: at most this many PDFs"
     )
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--max-bytes",
+        type=int,
+        default=None,
+        help="corpus: only the documents of at most this many bytes (a subset a slow model finishes)",
+    )
 
 
 def main() -> int:
@@ -498,6 +504,8 @@ def _workload(args: argparse.Namespace, tokenizer: Any) -> list[tuple[str, str]]
     if not files:
         raise SystemExit(f"no .txt files in {args.docs}")
     texts = [(path.name, path.read_text(encoding="utf-8", errors="replace")) for path in files]
+    if args.workload == "corpus" and args.max_bytes is not None:
+        texts = [(name, text) for name, text in texts if len(text.encode()) <= args.max_bytes]
     if args.workload == "corpus":
         return [
             (f"c{copy}-{name}", shuffled_copy(text, copy, name, args.seed))

@@ -155,6 +155,21 @@ class Layout:
         return data
 
 
+def run_cli(layout: Layout, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+    """``python -m daemon ARGS`` once, offline, in ``layout``'s folder, with this checkout's package;
+    its output captured as text, its exit code not checked."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "daemon", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        cwd=layout.root,
+        check=False,
+    )
+
+
 def drop_file(folder: Path, name: str, data: bytes) -> None:
     """Put a file into ``folder`` the recommended way: write a hidden temp file, then rename."""
     folder.mkdir(parents=True, exist_ok=True)

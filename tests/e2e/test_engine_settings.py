@@ -5,13 +5,9 @@ pass do reach the engine is shown by test_dashboard_metrics.py, whose daemon run
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import pytest
 
-from tests.e2e.harness import REPO, Layout
+from tests.e2e.harness import Layout, run_cli
 
 
 @pytest.mark.parametrize(
@@ -29,17 +25,8 @@ def test_a_bad_engine_argument_is_refused_with_exit_2_naming_it(
     layout: Layout, overrides: dict[str, str], named: str
 ) -> None:
     layout.write_config(**overrides)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     for command in (["check-config", str(layout.config)], ["run", "--config", str(layout.config)]):
-        proc = subprocess.run(
-            [sys.executable, "-m", "daemon", *command],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            cwd=layout.root,
-            check=False,
-        )
+        proc = run_cli(layout, *command)
         assert proc.returncode == 2, proc.stderr
         assert named in proc.stderr, proc.stderr
         assert "max_logprobs" not in proc.stderr  # an argument vLLM has passes

@@ -8,10 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import signal
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ import pytest
 from daemon.config import load_config
 from daemon.summary.profiles import resolve_profiles, shipped_profiles
 from tests.corpus import corpus_text
-from tests.e2e.harness import REPO, DaemonProcess, Layout, configure_kafka, drop_file, wait_for
+from tests.e2e.harness import DaemonProcess, Layout, configure_kafka, drop_file, run_cli, wait_for
 from tests.kafka_broker import KafkaBroker, Topics, all_committed, create_topics, produce, read_all
 
 pytestmark = [pytest.mark.engine, pytest.mark.kafka]
@@ -202,17 +199,8 @@ def test_a_bad_profile_is_refused_with_exit_2_naming_the_key(
     layout.write_config(**overrides)
     with layout.config.open("a", encoding="utf-8") as config:
         config.write(extra)
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     for command in (["run", "--config", str(layout.config)], ["check-config", str(layout.config)]):
-        proc = subprocess.run(
-            [sys.executable, "-m", "daemon", *command],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            cwd=layout.root,
-            check=False,
-        )
+        proc = run_cli(layout, *command)
         assert proc.returncode == 2, proc.stderr
         assert named in proc.stderr, proc.stderr
         assert "engine starting" not in proc.stderr

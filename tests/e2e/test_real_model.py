@@ -35,9 +35,10 @@ SHORT = ("legal-cal-ms-rl.txt", "legal-common-artistic.txt", "legal-cal-cc0-1.0.
 BULLETS = "legal-cal-ofl-1.1.txt"  # asks for the shipped `bullets` profile
 STAGED = "paper-aclsum-w99-0615.txt"  # about 2,800 tokens: summarized in parts, then combined
 # A shipped structured profile, on a copy of a short licence (one request): name -> (profile, corpus
-# file). One document only: the demo model's bf16 runs slowly on CPUs without AVX-512 (one engine step
-# of a loaded machine passed vLLM's 300 s limit with a staged paper added); the staged final combine is
-# tested with the fake engine (tests/unit/test_structured.py) and measured by bench/structured.py.
+# file). One document only, to keep CI's minutes (with bf16 on this AVX2 CPU, before engine.dtype
+# "auto" meant float32 here, one engine step of a loaded machine passed vLLM's 300 s limit with a staged
+# paper added); the staged final combine is tested with the fake engine (tests/unit/test_structured.py)
+# and measured by bench/structured.py.
 STRUCTURED = {"contract-ms-rl.txt": ("contract", "legal-cal-ms-rl.txt")}
 TEMPLATE_TOKEN = re.compile(r"<\|[a-z_]+\|>|<\|im_|im_end|im_start")
 BULLET_LINE = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+\S")

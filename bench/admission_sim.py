@@ -39,6 +39,7 @@ sys.path.insert(0, str(REPO))
 
 from daemon.config import AdmissionConfig, EngineConfig  # noqa: E402
 from daemon.engine.admission import AdmissionControl, admission_for, admission_limits  # noqa: E402
+from daemon.ops.metrics import ADMISSION_WAVE_SECONDS, ADMISSION_WAVES  # noqa: E402
 
 SHORT_MAX_TOKENS = 2000
 TEMPLATE_TOKENS = 60
@@ -164,33 +165,45 @@ def mixed_documents(count: int, seed: int, room: int) -> list[list[list[int]]]:
 
 
 async def _simulate(
-    admission: AdmissionControl, engine: SimEngine, documents: list[list[list[int]]]
+    admission: AdmissionControl,
+    engine: SimEngine,
+    documents: list[list[list[int]]],
+    arrivals: list[float],
 ) -> list[float]:
+    """Run the documents through ``admission`` and ``engine``; each document arrives at its time in
+    ``arrivals`` (virtual seconds). Returns each document's end."""
     loop = asyncio.get_running_loop()
     submitted = asyncio.Event()
 
-    async def request(prompt: int, urgent: bool) -> None:
+    async def request(prompt: int, urgent: bool, arrived_at: float) -> None:
         async with admission.slot(
-            prompt + OUTPUT_TOKENS, urgent=urgent, arrived_at=0.0, prompt_tokens=prompt
+            prompt + OUTPUT_TOKENS, urgent=urgent, arrived_at=arrived_at, prompt_tokens=prompt
         ) as slot:
             done = loop.create_future()
             engine.submit(_Request(prompt, OUTPUT_TOKENS, slot.prefill_done, done))
             submitted.set()
             await done
 
-    async def document(stages: list[list[int]]) -> float:
+    async def document(stages: list[list[int]], arrived_at: float) -> float:
         for number, stage in enumerate(stages):
-            await asyncio.gather(*(request(prompt, urgent=number > 0) for prompt in stage))
+            await asyncio.gather(*(request(prompt, number > 0, arrived_at) for prompt in stage))
         return engine.now
 
-    tasks = [asyncio.create_task(document(stages)) for stages in documents]
-    while not all(task.done() for task in tasks):
+    order = sorted(range(len(documents)), key=lambda index: arrivals[index])
+    tasks: dict[int, asyncio.Task[float]] = {}
+    while len(tasks) < len(documents) or not all(task.done() for task in tasks.values()):
+        while len(tasks) < len(order) and arrivals[order[len(tasks)]] <= engine.now:
+            index = order[len(tasks)]
+            tasks[index] = asyncio.create_task(document(documents[index], arrivals[index]))
         for _ in range(8):  # let every task react to the last step (admission, next stages)
             await asyncio.sleep(0)
         if not engine.busy:
             submitted.clear()
-            pending = {task for task in tasks if not task.done()}
+            pending = {task for task in tasks.values() if not task.done()}
             if not pending:
+                if len(tasks) < len(order):
+                    engine.now = arrivals[order[len(tasks)]]  # idle until the next document arrives
+                    continue
                 break
             await asyncio.wait(
                 {asyncio.create_task(submitted.wait()), *pending}, return_when=asyncio.FIRST_COMPLETED
@@ -201,11 +214,18 @@ async def _simulate(
                 sim_request.on_prefilled()
             else:
                 sim_request.done.set_result(None)
-    return [task.result() for task in tasks]
+    return [tasks[index].result() - arrivals[index] for index in range(len(documents))]
 
 
-def run(settings: AdmissionConfig, cost: StepCost, count: int = 400, seed: int = 7) -> dict[str, Any]:
-    """One simulated pass of the mixed workload under ``settings``."""
+def run(
+    settings: AdmissionConfig,
+    cost: StepCost,
+    count: int = 400,
+    seed: int = 7,
+    arrival_seconds: float = 0.0,
+) -> dict[str, Any]:
+    """One simulated pass of the mixed workload under ``settings``; the documents arrive in random
+    order, evenly spread over ``arrival_seconds`` (0: all at once). Latencies count from arrival."""
     engine_config = EngineConfig(
         model="sim", max_model_len=16384, max_num_seqs=256, max_num_batched_tokens=16384
     )
@@ -214,16 +234,22 @@ def run(settings: AdmissionConfig, cost: StepCost, count: int = 400, seed: int =
     clock = lambda: engine.now  # noqa: E731 - admission's clock is the engine's virtual one
     admission = admission_for(settings, limits, clock=clock)
     documents = mixed_documents(count, seed, room=16384 - OUTPUT_TOKENS - TEMPLATE_TOKENS)
-    finished = asyncio.run(_simulate(admission, engine, documents))
+    rng = random.Random(seed + 1)
+    arrivals = sorted(rng.uniform(0.0, arrival_seconds) for _ in documents)
+    rng.shuffle(arrivals)
+    waves_before, wave_seconds_before = ADMISSION_WAVES._value.get(), ADMISSION_WAVE_SECONDS._value.get()
+    finished = asyncio.run(_simulate(admission, engine, documents, arrivals))
     sizes = [sum(stage[0] for stage in stages[:1]) for stages in documents]
     short = [t for t, size in zip(finished, sizes, strict=True) if size <= SHORT_MAX_TOKENS]
     long = [t for t, size in zip(finished, sizes, strict=True) if size > SHORT_MAX_TOKENS]
     return {
-        "seconds": round(max(finished), 2),
+        "seconds": round(engine.now, 2),
         "short_p50": _q(short, 0.5),
         "short_p95": _q(short, 0.95),
         "long_p95": _q(long, 0.95),
         "steps": engine.steps,
+        "light_waves": int(ADMISSION_WAVES._value.get() - waves_before),
+        "light_wave_seconds": round(ADMISSION_WAVE_SECONDS._value.get() - wave_seconds_before, 2),
     }
 
 
@@ -247,15 +273,28 @@ def main() -> int:
     parser.add_argument("--overhead", type=float, default=0.006, help="fixed seconds per engine step")
     parser.add_argument("--count", type=int, default=400)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument(
+        "--arrival-seconds",
+        type=float,
+        default=0.0,
+        help="documents arrive spread over this long, in random order (0: all at once)",
+    )
+    parser.add_argument("--tokens-per-s", type=float, default=StepCost.tokens_per_s, help="prefill rate")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
-    cost = StepCost(overhead=args.overhead)
-    fifo = run(AdmissionConfig(enabled=False), cost, args.count, args.seed)
+    cost = StepCost(overhead=args.overhead, tokens_per_s=args.tokens_per_s)
+    fifo = run(AdmissionConfig(enabled=False), cost, args.count, args.seed, args.arrival_seconds)
     print(f"{'fifo':14s} {fifo}")
-    report: dict[str, Any] = {"benchmark": "bench/admission_sim.py", "step_cost": vars(cost), "fifo": fifo}
+    report: dict[str, Any] = {
+        "benchmark": "bench/admission_sim.py",
+        "step_cost": vars(cost),
+        "seed": args.seed,
+        "arrival_seconds": args.arrival_seconds,
+        "fifo": fifo,
+    }
     for name, settings in [("default", {}), *map(_variant, args.variant)]:
-        result = run(AdmissionConfig(**settings), cost, args.count, args.seed)
+        result = run(AdmissionConfig(**settings), cost, args.count, args.seed, args.arrival_seconds)
         ratios = {
             "throughput": round(fifo["seconds"] / result["seconds"], 3),
             "short_p50": round(result["short_p50"] / fifo["short_p50"], 2),

@@ -33,9 +33,10 @@ import argparse
 import asyncio
 import json
 import os
+import sys
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,7 @@ def main() -> int:
     parser.add_argument("--summary-tokens", type=int, default=48, help="summary length (short: fast)")
     parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "cpu_profiles_cache.json")
     args = parser.parse_args()
+    sys.path.insert(0, str(REPO))  # this checkout's daemon and bench, whatever PYTHONPATH says
 
     docs = _documents(args.docs, args.count, args.max_bytes)
     with tempfile.TemporaryDirectory(prefix="docsumd-profiles-") as work:
@@ -129,10 +131,10 @@ def _config(model: Path, summary_tokens: int) -> Any:
 
 async def _pass(config: Any, docs: Sequence[Path], names: Sequence[str]) -> dict[str, Any]:
     """One pass on a fresh engine: every document, the i-th under ``names[i % len(names)]``."""
-    from daemon.contracts import Generation, Sampling
+    from bench._recording_engine import RecordingEngine
     from daemon.document.decode import decode_document
     from daemon.engine.admission import admission_for_engine
-    from daemon.engine.vllm_engine import Engine, load_tokenizer
+    from daemon.engine.vllm_engine import load_tokenizer
     from daemon.records import parse_request_id
     from daemon.summary.profiles import build_profiles
     from daemon.summary.prompts import PromptKind
@@ -140,32 +142,7 @@ async def _pass(config: Any, docs: Sequence[Path], names: Sequence[str]) -> dict
 
     tokenizer = load_tokenizer(config.engine)
     profiles = build_profiles(config, tokenizer)
-    requests: list[dict[str, Any]] = []
-
-    class Recording(Engine):
-        """The real engine, remembering what each request's prompt was and what the cache served."""
-
-        async def generate(
-            self,
-            prompt_token_ids: list[int],
-            sampling: Sampling,
-            request_id: str,
-            *,
-            on_prefilled: Callable[[], None] | None = None,
-        ) -> Generation:
-            generation = await super().generate(
-                prompt_token_ids, sampling, request_id, on_prefilled=on_prefilled
-            )
-            requests.append(
-                {
-                    "id": request_id,
-                    "prompt": generation.prompt_tokens,
-                    "cached": generation.cached_prompt_tokens,
-                }
-            )
-            return generation
-
-    engine = Recording(config.engine)
+    engine = RecordingEngine(config.engine)
     await engine.start()
     # vLLM caches whole KV blocks: only the block-aligned part of an instruction prefix can be served.
     block = int(engine._llm.vllm_config.cache_config.block_size)
@@ -186,6 +163,14 @@ async def _pass(config: Any, docs: Sequence[Path], names: Sequence[str]) -> dict
         elapsed = time.monotonic() - started
     finally:
         await engine.stop()
+    requests: list[dict[str, Any]] = [
+        {
+            "id": request.request_id,
+            "prompt": request.generation.prompt_tokens,
+            "cached": request.generation.cached_prompt_tokens,
+        }
+        for request in engine.requests
+    ]
 
     def cacheable_prefix(request_id: str) -> int:
         """The block-aligned template prefix of a request (the same for any style and length)."""

@@ -31,7 +31,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
@@ -132,10 +132,10 @@ def _config(model: Path, context: int, *, schema: bool, dtype: str | None = None
 
 async def _pass(config: Any, docs: Sequence[Path]) -> dict[str, Any]:
     """One pass on a fresh engine: every document at once under its profile."""
-    from daemon.contracts import Generation, Sampling
+    from bench._recording_engine import RecordingEngine
     from daemon.document.decode import decode_document
     from daemon.engine.admission import admission_for_engine
-    from daemon.engine.vllm_engine import Engine, load_tokenizer
+    from daemon.engine.vllm_engine import load_tokenizer
     from daemon.errors import DocumentError
     from daemon.records import parse_request_id
     from daemon.summary.profiles import build_profiles
@@ -143,35 +143,7 @@ async def _pass(config: Any, docs: Sequence[Path]) -> dict[str, Any]:
 
     tokenizer = load_tokenizer(config.engine)
     profiles = build_profiles(config, tokenizer)
-    requests: list[dict[str, Any]] = []
-
-    class Recording(Engine):
-        """The real engine, remembering each request's kind, constraint, output and time."""
-
-        async def generate(
-            self,
-            prompt_token_ids: list[int],
-            sampling: Sampling,
-            request_id: str,
-            *,
-            on_prefilled: Callable[[], None] | None = None,
-        ) -> Generation:
-            generation = await super().generate(
-                prompt_token_ids, sampling, request_id, on_prefilled=on_prefilled
-            )
-            requests.append(
-                {
-                    "doc": parse_request_id(request_id).doc_id,
-                    "constrained": sampling.json_schema is not None,
-                    "max_tokens": sampling.max_tokens,
-                    "output_tokens": generation.output_tokens,
-                    "total_s": generation.total_s,
-                    "finish_reason": generation.finish_reason,
-                }
-            )
-            return generation
-
-    engine = Recording(config.engine)
+    engine = RecordingEngine(config.engine)
     await engine.start()
     try:
         admission = admission_for_engine(
@@ -212,6 +184,17 @@ async def _pass(config: Any, docs: Sequence[Path]) -> dict[str, Any]:
         wall = time.monotonic() - started
     finally:
         await engine.stop()
+    requests: list[dict[str, Any]] = [
+        {
+            "doc": parse_request_id(request.request_id).doc_id,
+            "constrained": request.sampling.json_schema is not None,
+            "max_tokens": request.sampling.max_tokens,
+            "output_tokens": request.generation.output_tokens,
+            "total_s": request.generation.total_s,
+            "finish_reason": request.generation.finish_reason,
+        }
+        for request in engine.requests
+    ]
     return _figures(results, requests, wall, structured=any(p.output.schema for p in profiles))
 
 

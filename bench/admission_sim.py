@@ -222,14 +222,16 @@ def run(
     cost: StepCost,
     count: int = 400,
     seed: int = 7,
+    *,
     arrival_seconds: float = 0.0,
+    max_num_seqs: int = 256,
 ) -> dict[str, Any]:
     """One simulated pass of the mixed workload under ``settings``; the documents arrive in random
     order, evenly spread over ``arrival_seconds`` (0: all at once). Latencies count from arrival."""
     engine_config = EngineConfig(
-        model="sim", max_model_len=16384, max_num_seqs=256, max_num_batched_tokens=16384
+        model="sim", max_model_len=16384, max_num_seqs=max_num_seqs, max_num_batched_tokens=16384
     )
-    engine = SimEngine(cost=cost)
+    engine = SimEngine(cost=cost, max_seqs=max_num_seqs)
     limits = admission_limits(settings, engine_config, kv_cache_tokens=engine.kv_tokens)
     clock = lambda: engine.now  # noqa: E731 - admission's clock is the engine's virtual one
     admission = admission_for(settings, limits, clock=clock)
@@ -279,22 +281,25 @@ def main() -> int:
         default=0.0,
         help="documents arrive spread over this long, in random order (0: all at once)",
     )
+    parser.add_argument("--max-num-seqs", type=int, default=256, help="the engine's batch size")
     parser.add_argument("--tokens-per-s", type=float, default=StepCost.tokens_per_s, help="prefill rate")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
     cost = StepCost(overhead=args.overhead, tokens_per_s=args.tokens_per_s)
-    fifo = run(AdmissionConfig(enabled=False), cost, args.count, args.seed, args.arrival_seconds)
+    shape = {"arrival_seconds": args.arrival_seconds, "max_num_seqs": args.max_num_seqs}
+    fifo = run(AdmissionConfig(enabled=False), cost, args.count, args.seed, **shape)
     print(f"{'fifo':14s} {fifo}")
     report: dict[str, Any] = {
         "benchmark": "bench/admission_sim.py",
         "step_cost": vars(cost),
         "seed": args.seed,
         "arrival_seconds": args.arrival_seconds,
+        "max_num_seqs": args.max_num_seqs,
         "fifo": fifo,
     }
     for name, settings in [("default", {}), *map(_variant, args.variant)]:
-        result = run(AdmissionConfig(**settings), cost, args.count, args.seed, args.arrival_seconds)
+        result = run(AdmissionConfig(**settings), cost, args.count, args.seed, **shape)
         ratios = {
             "throughput": round(fifo["seconds"] / result["seconds"], 3),
             "short_p50": round(result["short_p50"] / fifo["short_p50"], 2),

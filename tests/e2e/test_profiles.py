@@ -17,6 +17,7 @@ import jsonschema
 import pytest
 
 from daemon.config import load_config
+from daemon.records import OUTPUT_BYTES
 from daemon.summary.profiles import resolve_profiles, shipped_profiles
 from tests.corpus import corpus_text
 from tests.e2e.harness import DaemonProcess, Layout, configure_kafka, drop_file, run_cli, wait_for
@@ -158,7 +159,11 @@ def _check_structured(outputs: dict[str, Any], letters: dict[str, Any], metrics:
     else:
         letter = letters["k-contract"]
         assert letter["reason"] == "invalid_output", letter
+        # The model's last output, kept and bounded; the message names both tries' problems.
         assert isinstance(letter["output"], str)
+        assert 0 < len(letter["output"].encode()) <= OUTPUT_BYTES, len(letter["output"])
+        assert "try 1: " in letter["message"], letter["message"]
+        assert "try 2: " in letter["message"], letter["message"]
         outcome = "invalid_output"
     sample = f'docsumd_profile_documents_total{{outcome="{outcome}",profile="contract"}} 1.0'
     assert sample in metrics, sample

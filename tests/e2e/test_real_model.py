@@ -7,28 +7,34 @@ generation that ends on its own for most short documents, bullet lines where bul
 for, and a staged document's parts and combine depth in its result. The tests' other engine runs use
 the tiny random model; this is the one test that needs real language.
 
-One more document asks for the shipped structured profile ``contract``: it ends either with a result
-whose ``structured`` object validates against the profile's schema, or with an ``invalid_output``
-failure record that keeps the model's output; never lost.
+Two more documents ask for the shipped structured profile ``contract``, one in the folder and one
+as a Kafka message (the same daemon also reads a topic of a real noida-db broker): each ends either
+with a result whose ``structured`` object validates against the profile's schema (a result file; an
+output message), or with an ``invalid_output`` failure record that keeps the model's output, bounded
+(a ``.error.json``; a dead letter); never lost.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 import signal
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
 
+from daemon.records import OUTPUT_BYTES
 from daemon.summary.profiles import shipped_profiles
 from daemon.summary.prompts import PROMPT_VERSION
 from tests.corpus import corpus_text
-from tests.e2e.harness import DaemonProcess, Layout, drop_file, free_port, wait_for
+from tests.e2e.harness import DaemonProcess, Layout, configure_kafka, drop_file, free_port, wait_for
+from tests.kafka_broker import KafkaBroker, Message, Topics, create_topics, produce, read_all
 
-pytestmark = pytest.mark.engine
+pytestmark = [pytest.mark.engine, pytest.mark.kafka]
 
 # Short documents: one request each at a 2,048-token context.
 SHORT = ("legal-cal-ms-rl.txt", "legal-common-artistic.txt", "legal-cal-cc0-1.0.txt")
@@ -40,6 +46,8 @@ STAGED = "paper-aclsum-w99-0615.txt"  # about 2,800 tokens: summarized in parts,
 # paper added); the staged final combine is tested with the fake engine (tests/unit/test_structured.py)
 # and measured by bench/structured.py.
 STRUCTURED = {"contract-ms-rl.txt": ("contract", "legal-cal-ms-rl.txt")}
+# The same, as a Kafka message: key -> (profile, corpus file).
+STRUCTURED_KAFKA = {"k-contract": ("contract", "legal-cal-ms-rl.txt")}
 TEMPLATE_TOKEN = re.compile(r"<\|[a-z_]+\|>|<\|im_|im_end|im_start")
 BULLET_LINE = re.compile(r"^\s*(?:[-*\u2022]|\d+[.)])\s+\S")
 
@@ -62,16 +70,21 @@ def _mostly_words(text: str) -> bool:
 
 
 def test_real_model_writes_real_summaries(
-    layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path
+    layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path, kafka_broker: KafkaBroker
 ) -> None:
-    layout.write_config(
+    topics = Topics()
+    asyncio.run(create_topics(kafka_broker.bootstrap, [topics.input, topics.output, topics.dead]))
+    configure_kafka(
+        layout,
+        kafka_broker,
+        topics,
         **{
             "engine.max_model_len": "2048",
             "engine.max_num_batched_tokens": "2048",
             "summary.max_summary_tokens": "160",
             # Greedy: sampled text would make the EOS count below a coin toss (it failed CI once, 1 of 4).
             "summary.temperature": "0",
-        }
+        },
     )
     with layout.config.open("a", encoding="utf-8") as config:
         config.write("\n[profiles.bullets]\n")  # the shipped profile, on
@@ -84,13 +97,36 @@ def test_real_model_writes_real_summaries(
         drop_file(layout.inbox, name, corpus_text(corpus, name))
     for name, (_, source) in STRUCTURED.items():
         drop_file(layout.inbox, name, corpus_text(corpus, source))
+    messages: list[Message] = [
+        (
+            key.encode(),
+            json.dumps(
+                {"text": corpus_text(corpus, source).decode(), "options": {"profile": profile}}
+            ).encode(),
+            [],
+        )
+        for key, (profile, source) in STRUCTURED_KAFKA.items()
+    ]
+    asyncio.run(produce(kafka_broker.bootstrap, topics.input, messages))
     daemon = start_daemon()
     daemon.wait_ready(timeout=300)
     names = {*SHORT, BULLETS, STAGED}
 
+    def written() -> dict[str, dict[str, Any]]:
+        """Kafka keys -> the output message's result or the dead letter, both as records."""
+        records: dict[str, dict[str, Any]] = {}
+        for topic in (topics.output, topics.dead):
+            for record in asyncio.run(read_all(kafka_broker.bootstrap, topic)):
+                records[record.key.decode()] = json.loads(record.value)
+        return records
+
     def finished() -> bool:
         ended = layout.inputs_in(layout.done) | layout.inputs_in(layout.failed)
-        return names <= layout.inputs_in(layout.done) and set(STRUCTURED) <= ended
+        return (
+            names <= layout.inputs_in(layout.done)
+            and set(STRUCTURED) <= ended
+            and set(STRUCTURED_KAFKA) <= set(written())
+        )
 
     wait_for(finished, 900, "every document's result or failure record", interval=1.0)
     _, metrics = daemon.http_get("/metrics")
@@ -125,28 +161,39 @@ def test_real_model_writes_real_summaries(
     assert staged["depth"] >= 2, staged
     assert staged["dropped_tokens"] == 0
 
-    _check_structured(layout, metrics)
+    folder = {
+        name: layout.result(name) if name in layout.inputs_in(layout.done) else layout.error(name)
+        for name in STRUCTURED
+    }
+    kafka = written()
+    _check_structured(
+        {
+            **{name: (STRUCTURED[name][0], record) for name, record in folder.items()},
+            **{key: (STRUCTURED_KAFKA[key][0], kafka[key]) for key in STRUCTURED_KAFKA},
+        },
+        metrics,
+    )
 
 
-def _check_structured(layout: Layout, metrics: str) -> None:
-    """Each structured document ended valid (``structured`` validates, ``summary`` is its JSON) or as
-    ``invalid_output`` with the output kept; the metrics count each final step once."""
+def _check_structured(records: dict[str, tuple[str, dict[str, Any]]], metrics: str) -> None:
+    """Each structured document (name -> its profile and its result or failure record, from the folder
+    or Kafka) ended valid (``structured`` validates, ``summary`` is its JSON) or as ``invalid_output``
+    with the output kept, bounded; the metrics count each final step once."""
     outcomes: dict[str, int] = {}
-    for name, (profile, _) in STRUCTURED.items():
+    for name, (profile, record) in records.items():
         schema_file = shipped_profiles()[profile].json_schema_file
         assert schema_file is not None
         schema = json.loads(schema_file.read_text(encoding="utf-8"))
-        if name in layout.inputs_in(layout.done):
-            result = layout.result(name)
-            print(f"--- {name} ({result['strategy']}, {result['finish_reason']}):\n{result['summary']}\n")
-            assert (result["profile"], result["style"]) == (profile, "json")
-            jsonschema.validate(result["structured"], schema)
-            assert json.loads(result["summary"]) == result["structured"]
+        if "reason" not in record:
+            print(f"--- {name} ({record['strategy']}, {record['finish_reason']}):\n{record['summary']}\n")
+            assert (record["profile"], record["style"]) == (profile, "json")
+            jsonschema.validate(record["structured"], schema)
+            assert json.loads(record["summary"]) == record["structured"]
         else:
-            error = layout.error(name)
-            print(f"--- {name}: {error['reason']}: {error['message']}\n{error.get('output')}\n")
-            assert error["reason"] == "invalid_output", error
-            assert isinstance(error["output"], str)
+            print(f"--- {name}: {record['reason']}: {record['message']}\n{record.get('output')}\n")
+            assert record["reason"] == "invalid_output", record
+            assert isinstance(record["output"], str)
+            assert 0 < len(record["output"].encode()) <= OUTPUT_BYTES, len(record["output"])
         outcomes[profile] = outcomes.get(profile, 0) + 1
     for profile, count in outcomes.items():
         counted = sum(

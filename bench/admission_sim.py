@@ -37,9 +37,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from bench.compare import wave_counters  # noqa: E402
 from daemon.config import AdmissionConfig, EngineConfig  # noqa: E402
 from daemon.engine.admission import AdmissionControl, admission_for, admission_limits  # noqa: E402
-from daemon.ops.metrics import ADMISSION_WAVE_SECONDS, ADMISSION_WAVES  # noqa: E402
 
 SHORT_MAX_TOKENS = 2000
 TEMPLATE_TOKENS = 60
@@ -239,8 +239,9 @@ def run(
     rng = random.Random(seed + 1)
     arrivals = sorted(rng.uniform(0.0, arrival_seconds) for _ in documents)
     rng.shuffle(arrivals)
-    waves_before, wave_seconds_before = ADMISSION_WAVES._value.get(), ADMISSION_WAVE_SECONDS._value.get()
+    waves_before, wave_seconds_before = wave_counters()
     finished = asyncio.run(_simulate(admission, engine, documents, arrivals))
+    waves_after, wave_seconds_after = wave_counters()
     sizes = [sum(stage[0] for stage in stages[:1]) for stages in documents]
     short = [t for t, size in zip(finished, sizes, strict=True) if size <= SHORT_MAX_TOKENS]
     long = [t for t, size in zip(finished, sizes, strict=True) if size > SHORT_MAX_TOKENS]
@@ -250,8 +251,8 @@ def run(
         "short_p95": _q(short, 0.95),
         "long_p95": _q(long, 0.95),
         "steps": engine.steps,
-        "light_waves": int(ADMISSION_WAVES._value.get() - waves_before),
-        "light_wave_seconds": round(ADMISSION_WAVE_SECONDS._value.get() - wave_seconds_before, 2),
+        "light_waves": int(waves_after - waves_before),
+        "light_wave_seconds": round(wave_seconds_after - wave_seconds_before, 2),
     }
 
 

@@ -641,7 +641,7 @@ async def _folder_pass(
     )
     run = DaemonRun(label=plan.label)
     sampler = _RssSampler()
-    waves_before = _wave_counters()
+    waves_before = wave_counters()
     extraction_before = _extraction_counters()
     with sampler:
         await _serve_async(run_config, len(docs), run, RecordingEngine(engine, run, shared=True))
@@ -652,7 +652,7 @@ async def _folder_pass(
     run.worker_cpu_s = sampler.worker_cpu_s
     run.kv_cache_tokens = engine.kv_cache_tokens
     run.light_waves, run.light_wave_seconds = (
-        after - before for after, before in zip(_wave_counters(), waves_before, strict=True)
+        after - before for after, before in zip(wave_counters(), waves_before, strict=True)
     )
     run.extractions, run.extraction_seconds, run.extracted_pages = (
         after - before for after, before in zip(_extraction_counters(), extraction_before, strict=True)
@@ -679,7 +679,7 @@ def _pass_summary(run: DaemonRun) -> str:
     return text
 
 
-def _wave_counters() -> tuple[float, float]:
+def wave_counters() -> tuple[float, float]:
     """The admission's light-wave counters (this process's metrics): waves started, their seconds."""
     from prometheus_client import REGISTRY
 

@@ -175,9 +175,9 @@ async def _simulate(
     loop = asyncio.get_running_loop()
     submitted = asyncio.Event()
 
-    async def request(prompt: int, urgent: bool, staged: bool, arrived_at: float) -> None:
+    async def request(prompt: int, urgent: bool, arrived_at: float) -> None:
         async with admission.slot(
-            prompt + OUTPUT_TOKENS, urgent=urgent, staged=staged, arrived_at=arrived_at, prompt_tokens=prompt
+            prompt + OUTPUT_TOKENS, urgent=urgent, arrived_at=arrived_at, prompt_tokens=prompt
         ) as slot:
             done = loop.create_future()
             engine.submit(_Request(prompt, OUTPUT_TOKENS, slot.prefill_done, done))
@@ -186,8 +186,7 @@ async def _simulate(
 
     async def document(stages: list[list[int]], arrived_at: float) -> float:
         for number, stage in enumerate(stages):
-            staged = number + 1 < len(stages)  # another stage of this document follows
-            await asyncio.gather(*(request(prompt, number > 0, staged, arrived_at) for prompt in stage))
+            await asyncio.gather(*(request(prompt, number > 0, arrived_at) for prompt in stage))
         return engine.now
 
     order = sorted(range(len(documents)), key=lambda index: arrivals[index])

@@ -13,10 +13,7 @@ front of the engine and decides what vLLM holds, in five rules:
 2. **Light before heavy.** A request is *light* when its prompt is at most ``light_prompt_tokens``
    (by default an eighth of an engine step's token budget: its own prefill is a small part of one
    step, so its latency is its decoding steps); otherwise *heavy*. Waiting light requests go first;
-   within each class, combine steps of documents in progress (``urgent``) first, then arrival order,
-   in which the parts of a document summarized in stages (``staged``) count as if their document
-   had arrived ``aging_seconds`` earlier, so that staged documents' chains (parts, then a combine
-   step) start first.
+   within each class, combine steps of documents in progress (``urgent``) first, then arrival order.
 3. **A short prefill queue.** A request is admitted only while the prompt tokens the engine holds
    but has not prefilled yet stay within ``prefill_tokens`` (by default four engine steps),
    counting the new one; the engine reports when a request's prefill is done
@@ -189,7 +186,6 @@ class AdmissionControl(ABC):
         cost: int,
         *,
         urgent: bool = False,
-        staged: bool = False,
         arrived_at: float | None = None,
         prompt_tokens: int | None = None,
     ) -> AsyncIterator[SlotHandle]:
@@ -203,11 +199,7 @@ class AdmissionControl(ABC):
         waited_from = self._clock()
         prompt = cost if prompt_tokens is None else min(prompt_tokens, cost)
         waiter = self._new_waiter(
-            cost,
-            prompt,
-            urgent=urgent,
-            staged=staged,
-            arrived_at=waited_from if arrived_at is None else arrived_at,
+            cost, prompt, urgent=urgent, arrived_at=waited_from if arrived_at is None else arrived_at
         )
         await self._admit(waiter)
         ADMISSION_WAIT.observe(self._clock() - waited_from)
@@ -216,13 +208,10 @@ class AdmissionControl(ABC):
         finally:
             self._release(waiter)
 
-    def _new_waiter(
-        self, cost: int, prompt: int, *, urgent: bool, staged: bool, arrived_at: float
-    ) -> _Waiter:
+    def _new_waiter(self, cost: int, prompt: int, *, urgent: bool, arrived_at: float) -> _Waiter:
         light = self.is_light(prompt)
-        ordered_at = arrived_at - self.limits.aging_seconds if staged else arrived_at
         return _Waiter(
-            key=(0 if urgent else 1, ordered_at, next(self._sequence)),
+            key=(0 if urgent else 1, arrived_at, next(self._sequence)),
             cost=cost,
             prompt_tokens=prompt,
             light=light,
@@ -400,7 +389,7 @@ class Admission(AdmissionControl):
         """The request to admit now, if any (the heads of the two queues are already clean)."""
         light = self._light[0] if self._light else None
         heavy = self._heavy[0] if self._heavy else None
-        if heavy is not None and self._aged(heavy) and (light is None or _arrived_before(heavy, light)):
+        if heavy is not None and self._aged(heavy) and (light is None or heavy.key < light.key):
             # Rule 5, an aged heavy request ahead of the light ones: it waits for room, never overtaken.
             return heavy if self._fits(heavy) and self._prefill_room(heavy) else None
         if light is not None:
@@ -461,11 +450,6 @@ class Admission(AdmissionControl):
         elif not self.protecting and self._wave_since is not None:
             ADMISSION_WAVE_SECONDS.inc(max(0.0, self._clock() - self._wave_since))
             self._wave_since = None
-
-
-def _arrived_before(waiter: _Waiter, other: _Waiter) -> bool:
-    """Rule 5's order: urgent first, then arrival itself (a staged part's head start is not aging)."""
-    return (waiter.key[0], waiter.arrived_at, waiter.key[2]) < (other.key[0], other.arrived_at, other.key[2])
 
 
 def admission_for(

@@ -142,7 +142,6 @@ class _DocumentRun:
         style: Any,
         max_tokens: int,
         urgent: bool = False,
-        staged: bool = False,
         sampling: Sampling | None = None,
     ) -> Generation:
         """One request: ``body_ids`` in the ``kind`` template, at most ``max_tokens`` out, sampled as the
@@ -158,7 +157,6 @@ class _DocumentRun:
             summarizer.admission.slot(
                 len(prompt_ids) + max_tokens,
                 urgent=urgent,
-                staged=staged,
                 arrived_at=self._arrived_at,
                 prompt_tokens=len(prompt_ids),
             ) as slot,
@@ -344,7 +342,7 @@ class Summarizer:
                 f"({len(tokens)} tokens); summary.max_parts is {self.config.max_parts}",
             )
         generations = await _gather(
-            run.generate(PromptKind.PART, chunk.token_ids, style="prose", max_tokens=part_tokens, staged=True)
+            run.generate(PromptKind.PART, chunk.token_ids, style="prose", max_tokens=part_tokens)
             for chunk in chunks
         )
         spans = [(chunk.char_start, chunk.char_end) for chunk in chunks]

@@ -71,13 +71,12 @@ class RecordingAdmission(Admission):
         cost: int,
         *,
         urgent: bool = False,
-        staged: bool = False,
         arrived_at: float | None = None,
         prompt_tokens: int | None = None,
     ) -> AsyncIterator[SlotHandle]:
         """Record ``(cost, urgent)``, then the real slot."""
         self.asked.append((cost, urgent))
         async with super().slot(
-            cost, urgent=urgent, staged=staged, arrived_at=arrived_at, prompt_tokens=prompt_tokens
+            cost, urgent=urgent, arrived_at=arrived_at, prompt_tokens=prompt_tokens
         ) as handle:
             yield handle

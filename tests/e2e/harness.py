@@ -52,6 +52,24 @@ def wait_for(predicate: Callable[[], bool], timeout: float, what: str, interval:
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
 
 
+def wait_for_progress(
+    count: Callable[[], int], target: int, stall: float, what: str, *, interval: float = 1.0
+) -> None:
+    """Poll ``count`` until it reaches ``target``; fail with ``what`` once it has not grown for ``stall``
+    seconds. For a stream of work whose pace depends on the machine's load (a CI machine running other
+    engines): a stalled stream fails as fast as on an idle machine, a slow one that moves is not failed."""
+    best, moved_at = -1, time.monotonic()
+    while True:
+        now_count = count()
+        if now_count >= target:
+            return
+        if now_count > best:
+            best, moved_at = now_count, time.monotonic()
+        elif time.monotonic() - moved_at > stall:
+            raise AssertionError(f"no progress for {stall:.0f}s ({best} of {target}) waiting for {what}")
+        time.sleep(interval)
+
+
 @dataclass
 class Layout:
     """A daemon's folders and config under one test directory."""

@@ -35,7 +35,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import DaemonProcess, Layout, free_port, wait_for
+from tests.e2e.harness import DaemonProcess, Layout, free_port, wait_for, wait_for_progress
 from tests.kafka_broker import (
     KafkaBroker,
     Topics,
@@ -455,11 +455,12 @@ def test_broker_restart_mid_stream_daemon_reconnects_and_finishes(
         _restart_broker(kafka_broker, downtime=3.0)
         _assert_running(daemon, "the daemon")
 
-        def finished() -> bool:
+        def results() -> int:
             _assert_running(daemon, "the daemon")
-            return _result_ids(kafka_broker, topics) >= set(ids)
+            return len(_result_ids(kafka_broker, topics) & set(ids))
 
-        wait_for(finished, 300, "every document's result after the broker restart", interval=1.0)
+        # Progress, not a total: under a full CI machine's load the stream once needed over 300 s.
+        wait_for_progress(results, len(ids), 180, "every document's result after the broker restart")
         wait_for(
             lambda: all_committed(kafka_broker, topics), 60, "the group to commit every offset", interval=0.5
         )

@@ -1,0 +1,150 @@
+"""Where each pass of a ``bench/compare.py`` run spent its time, engine step by engine step.
+
+With ``[engine.extra] enable_logging_iteration_details = true`` (``bench/configs/*-steps.toml``) vLLM
+logs one line per engine step: its prefill ("context") tokens and its decoding requests. With async
+scheduling the line's own "elapsed time" is not the step's duration, so a step's duration here is the
+time between two lines' timestamps (when the daemon's process received them). The log is
+compare.py's (plain or gzipped): the daemon's JSON lines and compare.py's ``daemon (LABEL): ...``
+lines, which name the passes in order.
+
+Per pass:
+
+* ``prefill_steps``: steps with prompt tokens, their seconds and prompt tokens per second; ``full``
+  ones (the step's token budget nearly used) apart, with milliseconds per step;
+* ``decode_only_seconds``: steps that only decode (a light wave's, the end's tail, and any stretch
+  where vLLM's batch is full of decoding requests);
+* ``tail_seconds``: from the last full prefill step to the last step (what the run's last
+  documents' decoding, and staged documents' combine steps, add after the prefill is done);
+* ``stalls``: steps that took over ``--stall`` seconds (a one-time kernel compilation shows as a
+  step of several seconds in the first pass that reaches a new batch shape).
+
+    .venv/bin/python bench/steps.py LOG [LOG...] [--json FILE] [--budget 16384] [--stall 1.0]
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import itertools
+import json
+import re
+import sys
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ITERATION = re.compile(
+    r"Iteration\((\d+)\): (\d+) context requests, (\d+) context tokens, "
+    r"(\d+) generation requests, (\d+) generation tokens"
+)
+PASS_LINE = re.compile(r"^daemon \(([^)]+)\): ")
+FULL_SHARE = 0.97  # a step whose tokens reach this share of the budget counts as a full prefill step
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One engine step as logged: when the daemon received it, its prefill tokens, its decoders."""
+
+    at: float
+    prompt_tokens: int
+    decoding: int
+
+
+def read_passes(path: Path) -> list[tuple[str, list[Step]]]:
+    """The steps of each folder pass in ``path``, labelled in order (``pass N`` where unnamed)."""
+    opener = gzip.open if path.suffix == ".gz" else open
+    labels: list[str] = []
+    passes: list[list[Step]] = []
+    current: list[Step] | None = None
+    with opener(path, "rt", encoding="utf-8", errors="replace") as lines:
+        for line in lines:
+            if (named := PASS_LINE.match(line)) is not None:
+                labels.append(named[1])
+                continue
+            if not line.startswith("{"):
+                continue
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            text = str(event.get("event", ""))
+            if text == "folder source started":
+                current = []
+            elif text == "stop requested: draining" and current is not None:
+                passes.append(current)
+                current = None
+            elif current is not None and (found := ITERATION.search(text)) is not None:
+                at = datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+                current.append(Step(at, int(found[3]), int(found[4])))
+    labels += [f"pass {number}" for number in range(len(labels) + 1, len(passes) + 1)]
+    return list(zip(labels, passes, strict=False))
+
+
+def summarize(steps: list[Step], *, budget: int, stall: float) -> dict[str, Any]:
+    """The pass's figures (see the module's doc); a step's duration is the gap before its line."""
+    figures: dict[str, float] = dict.fromkeys(
+        ("prefill_s", "prefill_tokens", "full_s", "full_steps", "decode_s", "prefill_steps"), 0.0
+    )
+    stalls: list[dict[str, float]] = []
+    last_full = steps[0].at
+    for before, step in itertools.pairwise(steps):
+        seconds = step.at - before.at
+        if seconds > stall:
+            stalls.append(
+                {
+                    "at_s": round(step.at - steps[0].at, 2),
+                    "seconds": round(seconds, 2),
+                    "decoding": step.decoding,
+                }
+            )
+        if step.prompt_tokens == 0:
+            figures["decode_s"] += seconds
+            continue
+        figures["prefill_steps"] += 1
+        figures["prefill_s"] += seconds
+        figures["prefill_tokens"] += step.prompt_tokens
+        if step.prompt_tokens + step.decoding >= FULL_SHARE * budget:
+            figures["full_steps"] += 1
+            figures["full_s"] += seconds
+            last_full = step.at
+    return {
+        "steps": len(steps),
+        "seconds": round(steps[-1].at - steps[0].at, 2),
+        "prefill_steps": int(figures["prefill_steps"]),
+        "prefill_seconds": round(figures["prefill_s"], 2),
+        "prefill_tokens_per_s": round(figures["prefill_tokens"] / max(figures["prefill_s"], 1e-9)),
+        "full_prefill_steps": int(figures["full_steps"]),
+        "full_prefill_ms_per_step": round(1000 * figures["full_s"] / max(figures["full_steps"], 1)),
+        "decode_only_seconds": round(figures["decode_s"], 2),
+        "last_full_prefill_s": round(last_full - steps[0].at, 2),
+        "tail_seconds": round(steps[-1].at - last_full, 2),
+        "stalls": stalls,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("logs", type=Path, nargs="+", help="compare.py logs (.log or .log.gz)")
+    parser.add_argument("--budget", type=int, default=16384, help="the engine's max_num_batched_tokens")
+    parser.add_argument("--stall", type=float, default=1.0, help="a step longer than this is a stall")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = parser.parse_args()
+    report: dict[str, Any] = {"benchmark": "bench/steps.py", "budget": args.budget, "logs": {}}
+    for path in args.logs:
+        passes = {}
+        for label, steps in read_passes(path):
+            if len(steps) < 2:
+                continue
+            passes[label] = summarize(steps, budget=args.budget, stall=args.stall)
+            print(f"{path.name} {label}: {json.dumps(passes[label])}")
+        report["logs"][path.name] = passes
+    if args.json is not None:
+        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

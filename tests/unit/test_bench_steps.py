@@ -1,0 +1,70 @@
+"""bench/steps.py: a compare.py log split into passes, and each pass's prefill, decode-only steps,
+tail and stalls (issue 24 item 5)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+from bench.steps import read_passes, summarize
+
+BUDGET = 1000
+
+
+def _event(second: float, event: str) -> str:
+    return json.dumps({"event": event, "timestamp": f"2026-12-04T03:00:{second:09.6f}Z"})
+
+
+def _step(second: float, index: int, prompt: int, decoding: int) -> str:
+    text = (
+        f"Engine 000: Iteration({index}): 1 context requests, {prompt} context tokens, "
+        f"{decoding} generation requests, {decoding} generation tokens, "
+        "iteration elapsed time: 0.03 ms, GPU KV cache usage: 1.0%"
+    )
+    return _event(second, text)
+
+
+def _log(tmp_path: Path) -> Path:
+    lines = [
+        "workload mixed: 3 documents",
+        _event(0.0, "folder source started"),
+        _step(1.0, 0, 990, 5),  # full
+        _step(1.3, 1, 990, 5),  # full, 0.3 s
+        _step(3.8, 2, 400, 5),  # partial, after a 2.5 s stall
+        _step(3.9, 3, 0, 5),  # decode only
+        _step(4.0, 4, 0, 4),
+        _event(4.5, "stop requested: draining"),
+        "daemon (admission): 3 documents in 4.0 s, 0.75 docs/s",
+        "not json {",
+        _event(5.0, "folder source started"),
+        _step(5.1, 5, 995, 0),
+        _event(5.2, "stop requested: draining"),
+        "daemon (fifo): 3 documents in 0.2 s",
+    ]
+    path = tmp_path / "run.log.gz"
+    with gzip.open(path, "wt", encoding="utf-8") as out:
+        out.write("\n".join(lines) + "\n")
+    return path
+
+
+def test_passes_are_read_in_order_with_their_labels(tmp_path: Path) -> None:
+    passes = read_passes(_log(tmp_path))
+    assert [label for label, _ in passes] == ["admission", "fifo"]
+    assert [len(steps) for _, steps in passes] == [5, 1]
+    assert passes[0][1][2].prompt_tokens == 400
+    assert passes[0][1][2].decoding == 5
+
+
+def test_a_pass_splits_into_prefill_decode_only_tail_and_stalls(tmp_path: Path) -> None:
+    steps = read_passes(_log(tmp_path))[0][1]
+    figures = summarize(steps, budget=BUDGET, stall=1.0)
+    assert figures["seconds"] == 3.0
+    assert figures["prefill_steps"] == 2  # the first step has no gap before it: it is the origin
+    assert figures["prefill_seconds"] == 2.8
+    assert figures["full_prefill_steps"] == 1
+    assert figures["full_prefill_ms_per_step"] == 300
+    assert figures["decode_only_seconds"] == 0.2
+    assert figures["last_full_prefill_s"] == 0.3
+    assert figures["tail_seconds"] == 2.7
+    assert figures["stalls"] == [{"at_s": 2.8, "seconds": 2.5, "decoding": 5}]

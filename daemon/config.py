@@ -569,7 +569,9 @@ class KafkaSourceConfig(_Section):
         ge=1024,
         description="Bytes (keys, values, headers) of the messages fetched and not yet taken in; at this "
         "many, partitions are paused as when max_buffered_messages is reached. Also the consumer's "
-        "fetch_max_bytes, so the client's own read-ahead is bounded by the same figure.",
+        "fetch_max_bytes, so the client's own read-ahead is bounded by the same figure, and with "
+        "max_message_bytes what one compressed batch may inflate to: max(this, 2 * max_message_bytes); "
+        "a larger batch is one dead letter (invalid_message).",
     )
     max_key_bytes: int = Field(
         default=1024,

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+import cramjam
 import pytest
 
 from daemon.config import KafkaSourceConfig
@@ -236,8 +237,10 @@ async def test_compressed_batches_are_read_and_a_corrupt_one_is_a_dead_letter(
     kafka_broker: KafkaBroker,
 ) -> None:
     """lz4 and zstd batches are read like any other; a zstd batch whose payload is garbage inside valid
-    framing becomes one dead letter (invalid_message, naming the offset) and the source goes on. The
-    sink runs with ``compression_type = "zstd"`` (its results are read back; their codec is not checked)."""
+    framing becomes one dead letter (invalid_message, naming the offset) and so does a 2 KiB zstd batch
+    that would inflate to 64 MiB, past the source's limit (here 32 MiB: twice max_message_bytes); the
+    source goes on. The sink runs with ``compression_type = "zstd"`` (its results are read back; their
+    codec is not checked)."""
     name = uuid.uuid4().hex[:8]
     config = KafkaSourceConfig.model_validate(
         {
@@ -248,6 +251,7 @@ async def test_compressed_batches_are_read_and_a_corrupt_one_is_a_dead_letter(
             "dead_letter_topic": f"dlq-{name}",
             "commit_interval_seconds": 0.1,
             "compression_type": "zstd",
+            "max_buffered_bytes": 1 << 20,
         }
     )
     topic = config.input_topics[0]
@@ -260,17 +264,20 @@ async def test_compressed_batches_are_read_and_a_corrupt_one_is_a_dead_letter(
     corrupt_at = await produce_forged_batch(
         kafka_broker.bootstrap, topic, b"\x28\xb5\x2f\xfd" + b"garbage!" * 8, CODEC_IDS["zstd"]
     )
+    bomb = bytes(cramjam.zstd.compress(bytes(64 << 20)))
+    bomb_at = await produce_forged_batch(kafka_broker.bootstrap, topic, bomb, CODEC_IDS["zstd"])
     await produce(kafka_broker.bootstrap, topic, [(b"after", text, [])])
     source = KafkaSource(config, KafkaSink(config), max_input_bytes=1 << 20)
     async with source:
         items = source.items()
-        taken = await asyncio.wait_for(_take(items, 5), 30)
-        assert [item.id for item in taken] == ["lz4-a", "lz4-b", "zstd-a", f"{topic}-0-{corrupt_at}", "after"]
+        taken = await asyncio.wait_for(_take(items, 6), 30)
+        stand_ins = [f"{topic}-0-{corrupt_at}", f"{topic}-0-{bomb_at}"]
+        assert [item.id for item in taken] == ["lz4-a", "lz4-b", "zstd-a", *stand_ins, "after"]
         for item in taken:
             try:
                 assert await item.load() == text
             except DocumentError as error:
-                assert item is taken[3]
+                assert item in taken[3:5]
                 failure = {"id": item.id, "source": "kafka", "reason": error.reason, "message": error.message}
                 await item.fail({**failure, "metadata": item.metadata})
             else:
@@ -278,7 +285,7 @@ async def test_compressed_batches_are_read_and_a_corrupt_one_is_a_dead_letter(
                 await item.complete({**record, "metadata": item.metadata})
 
         async def committed() -> None:
-            while (await committed_offsets(kafka_broker.bootstrap, config.group_id, topic))[0] != 5:  # noqa: ASYNC110
+            while (await committed_offsets(kafka_broker.bootstrap, config.group_id, topic))[0] != 6:  # noqa: ASYNC110
                 await asyncio.sleep(0.2)
 
         await asyncio.wait_for(committed(), 20)
@@ -288,8 +295,10 @@ async def test_compressed_batches_are_read_and_a_corrupt_one_is_a_dead_letter(
     results = await read_all(kafka_broker.bootstrap, config.output_topic)
     assert [record.key for record in results] == [b"lz4-a", b"lz4-b", b"zstd-a", b"after"]
     dead = await read_all(kafka_broker.bootstrap, config.dead_letter_topic)
-    assert len(dead) == 1
-    letter = json.loads(dead[0].value)
+    assert len(dead) == 2
+    letter, bomb_letter = (json.loads(record.value) for record in dead)
     assert (letter["reason"], letter["offset"]) == ("invalid_message", corrupt_at)
     assert "DecompressionError" in letter["message"]
     assert f"offset {corrupt_at}" in letter["message"]
+    assert (bomb_letter["reason"], bomb_letter["offset"]) == ("invalid_message", bomb_at)
+    assert f"inflates past {32 << 20} bytes" in bomb_letter["message"]

@@ -1,6 +1,7 @@
 """Record batches as aiokafka's fetcher reads them through :mod:`daemon.sources.kafka.undecodable`:
 compressed batches decode; a payload that does not decompress, an unknown codec and a CRC mismatch each
-become one stand-in for the batch, never an exception out of the fetcher."""
+become one stand-in for the batch, never an exception out of the fetcher; so does a batch that would
+inflate past the limit (a decompression bomb), found without inflating more than the limit."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from daemon.sources.kafka.undecodable import _TolerantRecords, undecodable
 from tests.kafka_broker import CODEC_IDS, forged_batch
 
 TP = TopicPartition("t", 0)
+LIMIT = 4 << 20
 
 
 def _batch(codec: str | None, count: int = 3, base_offset: int = 0) -> bytes:
@@ -25,9 +27,11 @@ def _batch(codec: str | None, count: int = 3, base_offset: int = 0) -> bytes:
     return base_offset.to_bytes(8, "big") + bytes(builder.build())[8:]
 
 
-def _read(buffer: bytes) -> list[Any]:
-    """What the fetcher hands out for ``buffer`` (aiokafka's own PartitionRecords, CRCs checked)."""
-    return list(PartitionRecords(TP, _TolerantRecords(buffer), None, 0, None, None, True, READ_UNCOMMITTED))
+def _read(buffer: bytes, limit: int = LIMIT) -> list[Any]:
+    """What the fetcher hands out for ``buffer`` (aiokafka's own PartitionRecords, CRCs checked), with
+    compressed batches allowed to inflate to ``limit`` bytes."""
+    records = _TolerantRecords(buffer, max_inflated_bytes=limit)
+    return list(PartitionRecords(TP, records, None, 0, None, None, True, READ_UNCOMMITTED))
 
 
 @pytest.mark.parametrize("codec", [None, "gzip", "snappy", "lz4", "zstd"])
@@ -69,3 +73,30 @@ def test_a_crc_mismatch_is_one_stand_in_for_the_batch() -> None:
     assert skipped is not None
     assert "CRC does not match" in skipped.error
     assert (skipped.first_offset, skipped.last_offset) == (0, 2)
+
+
+def _one_record_batch(codec: str, value: bytes, base_offset: int = 0) -> bytes:
+    builder = DefaultRecordBatchBuilder(2, CODEC_IDS[codec], 0, -1, -1, -1, 1 << 20)
+    builder.append(0, timestamp=None, key=b"big", value=value, headers=[])
+    return base_offset.to_bytes(8, "big") + bytes(builder.build())[8:]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_a_batch_that_inflates_past_the_limit_is_one_stand_in(codec: str) -> None:
+    bomb = _one_record_batch(codec, bytes(2 * LIMIT))  # zeros: zstd makes 8 MiB of them about 300 bytes
+    records = _read(bomb + _batch(None, base_offset=1))
+    skipped = undecodable(records[0])
+    assert skipped is not None
+    assert f"InflationLimitExceeded: the record batch inflates past {LIMIT} bytes" == skipped.error
+    assert (skipped.first_offset, skipped.last_offset) == (0, 0)
+    assert skipped.refusal().reason == "invalid_message"
+    assert [(r.offset, r.key) for r in records[1:]] == [(1, b"k0"), (2, b"k1"), (3, b"k2")]
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_a_batch_that_inflates_to_just_under_the_limit_decodes(codec: str) -> None:
+    # Far above the first guess of 16x the compressed size: the lz4 and zstd buffers have to grow.
+    value = bytes(LIMIT - 4096)
+    records = _read(_one_record_batch(codec, value))
+    assert [(r.offset, r.key, len(r.value)) for r in records] == [(0, b"big", len(value))]
+    assert records[0].value == value

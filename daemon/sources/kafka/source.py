@@ -175,7 +175,12 @@ class KafkaSource(Lifecycle):
         """A consumer of the input topics, subscribed (with our rebalance listener), not started.
         Auto-commit is off (the committer commits); reads see only committed transactions."""
         config = self.config
-        install_tolerant_decoding()  # one undecodable record must not stop the consumer for good
+        # One undecodable record must not stop the consumer for good, nor one compressed batch
+        # exhaust its memory: a batch may inflate to what the local buffer holds, or to two messages
+        # of the largest size allowed, whichever is more.
+        install_tolerant_decoding(
+            max_inflated_bytes=max(config.max_buffered_bytes, 2 * config.max_message_bytes)
+        )
         consumer = AIOKafkaConsumer(
             **client_options(config),
             group_id=config.group_id,

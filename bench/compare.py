@@ -33,9 +33,9 @@ speculation), and each pass reports its ``generated_tokens``.
 
 The folder passes (1, 2 and the ``--variant`` passes) run one after the other on one engine, started
 once (``--warmup N`` first runs N documents through it, not counted: a freshly started GPU runs its
-first minute slower, and vLLM 0.26.0 stalls 2.8-4.2 s once, the first time a step carries prefill
-beside some 115-140 decoding requests, as ``bench/steps.py`` shows; a warm-up of 20 documents left
-that stall to the first measured pass, so give the mixed workload ``--warmup 250``); vLLM's prefix
+first minute slower, and vLLM 0.26.0 stalls 3-4 s once or twice in an engine's first pass, often
+when some 113-142 requests first decode beside a prefill, as ``bench/steps.py`` shows; a warm-up of 20
+documents left that to the first measured pass, so give the mixed workload ``--warmup 250``); vLLM's prefix
 cache is emptied before each pass, so no pass reuses another's prompts. The JSON file is rewritten
 after every pass, so a run stopped early keeps what it measured; ``--deadline S`` skips the passes
 that would end later than S seconds after the start (estimated from the previous pass).

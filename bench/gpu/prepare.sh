@@ -37,6 +37,9 @@ mkdir -p "$WORK/dwhl"
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d "$WORK/dwhl" structlog==26.1.0 pydantic-settings==2.16.3 python-dotenv==1.2.4 aiokafka==0.14.0 \
   async-timeout==5.0.1 cramjam==2.14.0 2>&1 | grep -v "^WARNING: Location" || true
+mkdir -p "$WORK/tools"
+"$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_17_x86_64 \
+  --platform manylinux2014_x86_64 -d "$WORK/tools" py-spy==0.4.3 2>&1 | grep -v "^WARNING: Location" || true
 # 3. lay out .gpu/ in each checkout (hard links where possible: the payload is about 95 MiB)
 for checkout in "${CHECKOUTS[@]}"; do
   exclude="$(git -C "$checkout" rev-parse --git-common-dir)/info/exclude"
@@ -46,9 +49,14 @@ for checkout in "${CHECKOUTS[@]}"; do
   mkdir -p "$checkout/.gpu"
   cp -al "$STAGE/.gpu/a" "$STAGE/.gpu/b" "$checkout/.gpu/" 2>/dev/null || cp -r "$STAGE/.gpu/a" "$STAGE/.gpu/b" "$checkout/.gpu/"
   mkdir -p "$checkout/.gpu/a/dwhl" && cp "$WORK"/dwhl/*.whl "$checkout/.gpu/a/dwhl/"
+  # intake.sh in call 1: the model's tokenizer (3 MiB) and py-spy (3 MiB) for its profiles
+  mkdir -p "$checkout/.gpu/a/tok" "$checkout/.gpu/a/tools"
+  cp "$STAGE"/.gpu/b/qwen7b-dummy/{config.json,tokenizer.json,tokenizer_config.json} "$checkout/.gpu/a/tok/"
+  cp "$WORK"/tools/py_spy-*.whl "$checkout/.gpu/a/tools/" 2>/dev/null || true
   mkdir -p "$checkout/.gpu/src"
   (cd "$REPO" && cp -r daemon bench pyproject.toml docsumd.toml "$checkout/.gpu/src/")
   find "$checkout/.gpu/src" -name __pycache__ -prune -exec rm -rf {} +
+  rm -rf "$checkout/.gpu/src/bench/results"   # the runs write theirs to $OUT; saves 2 MiB of the 64
   "$PY" "$HERE/make_docs.py" "$SHARED/corpus/docs" "$checkout/.gpu/docs" --seed "$DOCS_SEED"
   du -sh "$checkout"/.gpu/*
 done

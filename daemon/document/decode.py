@@ -77,7 +77,9 @@ _MAGIC: Final = (
 )
 
 # Control bytes that never appear in text (everything below 0x20 except tab, LF, VT, FF, CR, ESC; DEL).
-_NON_TEXT_BYTES: Final = frozenset(set(range(0x20)) - {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1B}) | {0x7F}
+NON_TEXT_BYTES: Final = bytes(sorted(set(range(1, 0x20)) - {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1B} | {0x7F}))
+"""Control bytes that plain text does not have, NUL apart (NULs get their own check); as ``bytes``,
+so that ``bytes.translate`` counts them at C speed (format sniffing shares them)."""
 _SNIFF_BYTES: Final = 64 * 1024
 # Random bytes have about 11% such bytes; real text none. 2% leaves room for odd but real text.
 _BINARY_CONTROL_RATIO: Final = 0.02
@@ -198,7 +200,7 @@ def _refuse_binary(data: bytes) -> None:
         raise DocumentError("binary", "input is bzip2-compressed data, not text")
     head = data[:_SNIFF_BYTES]
     # NULs are left out here: valid UTF-8 with a few NULs gets its own reason (nul_bytes) after decoding.
-    control = sum(1 for byte in head if byte in _NON_TEXT_BYTES and byte != 0)
+    control = len(head) - len(head.translate(None, NON_TEXT_BYTES))
     if control > _BINARY_CONTROL_RATIO * len(head):
         raise DocumentError(
             "binary",

@@ -32,6 +32,7 @@ import enum
 import re
 from typing import Final
 
+from daemon.document.decode import NON_TEXT_BYTES
 from daemon.document.extract.markup import MarkdownScan, RstScan, scan_markdown, scan_rst
 from daemon.document.extract.office import (
     OLE2_MAGIC,
@@ -66,7 +67,6 @@ _BINARY_MAGIC: Final = (
 )
 # Control bytes that never appear in text (decode.py's rule: all below 0x20 but tab, LF, VT, FF, CR,
 # ESC; DEL). NUL is left out: valid UTF-8 with a few NULs gets decode.py's own reason (nul_bytes).
-_NON_TEXT_BYTES: Final = frozenset(set(range(1, 0x20)) - {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1B}) | {0x7F}
 _BINARY_CONTROL_RATIO: Final = 0.02
 
 _BOMS: Final = (
@@ -185,7 +185,7 @@ def _sniff_text(data: bytes) -> str | None:
     if data.startswith(_BINARY_MAGIC):
         return None
     head = data[:_SNIFF_BYTES]
-    control = sum(1 for byte in head if byte in _NON_TEXT_BYTES)
+    control = len(head) - len(head.translate(None, NON_TEXT_BYTES))
     if control > _BINARY_CONTROL_RATIO * len(head):
         return None
     text = head.decode("utf-8", "replace")

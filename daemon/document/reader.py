@@ -116,7 +116,9 @@ class DocumentReader:
         hint: str | None = None,
     ) -> Document:
         """The checked document from ``data``, or :class:`DocumentError` with the reason."""
-        fmt = self.format_of(data, hint)
+        # Off the event loop: sniffing a text's format scans up to 64 KiB of it in Python, some
+        # milliseconds that, for a backlog of documents, held up everything else (bench/intake.py).
+        fmt = await asyncio.to_thread(self.format_of, data, hint)
         DOCUMENT_FORMATS.labels(format=fmt.value if fmt is not None else "unknown").inc()
         if self.pool is not None and fmt in EXTRACTED_FORMATS:
             extracted = await self._extract(data, fmt)

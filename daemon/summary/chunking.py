@@ -19,7 +19,14 @@ Consecutive chunks overlap by ``overlap`` tokens (snapped forward to a word star
 so a sentence cut by a token-level break is still read whole by one of the two parts.
 
 Documents are tokenized with special-token parsing off: a document that contains the text
-``<|im_end|>`` gets ordinary tokens for it and cannot break out of its place in the template.
+``<|im_end|>`` gets ordinary tokens for it and cannot break out of its place in the template. This
+uses a private copy of the tokenizer's Rust backend with that setting fixed once
+(:func:`content_backend`): transformers' ``split_special_tokens=True`` sets a flag on the backend the
+whole process shares for each call, so our prompt templates, encoded elsewhere with the flag off,
+could flip it between another thread's setting it and its encoding. Calling the copy's
+``encode_batch`` directly also skips transformers' per-token Python work, which held the interpreter
+lock for most of a document's tokenizing and so made a backlog's intake one document at a time
+(``bench/intake.py``); the Rust encoding runs without the lock.
 
 Memory: a tokenizer's output for one call costs some 500-650 bytes per token in the main process
 (its token strings, offsets as Python tuples); a 5 MiB document in one call is over a million tokens,
@@ -33,8 +40,11 @@ id, character offsets and cut points in arrays of machine integers.
 from __future__ import annotations
 
 import bisect
+import copy
 import math
 import re
+import threading
+import weakref
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -94,28 +104,42 @@ def tokenize_text(tokenizer: Any, text: str) -> TokenizedText:
     Needs a fast (Rust) tokenizer, as every model vLLM serves has; about 0.6 s per MB. Long texts go
     in segments, so memory stays near what is kept (see the module's doc).
     """
-    if not getattr(tokenizer, "is_fast", False):
-        raise TypeError("chunking needs a fast tokenizer (one with offset mappings)")
+    backend = content_backend(tokenizer)
     ids: list[int] = []
     starts = array("I" if len(text) < 1 << 32 else "Q")
     shared: dict[int, int] = {}  # one int object per distinct id: a list then costs a pointer a token
     begin = 0
     for end in _segment_ends(text, SEGMENT_CHARS):
-        encoding = tokenizer(
-            text[begin:end],
-            add_special_tokens=False,
-            split_special_tokens=True,
-            return_offsets_mapping=True,
-            return_attention_mask=False,
-        )
-        ids += [shared.setdefault(token, token) for token in encoding["input_ids"]]
+        (encoding,) = backend.encode_batch([text[begin:end]], add_special_tokens=False)
+        ids += [shared.setdefault(token, token) for token in encoding.ids]
         floor = starts[-1] if starts else 0
-        for start, _ in encoding["offset_mapping"]:
+        for start, _ in encoding.offsets:
             # Byte-level tokens of one multi-byte character can share or repeat offsets; cuts need order.
             floor = max(floor, begin + start)
             starts.append(floor)
         begin = end
     return TokenizedText(text=text, ids=ids, starts=starts)
+
+
+_BACKENDS: Final[weakref.WeakKeyDictionary[Any, Any]] = weakref.WeakKeyDictionary()
+_BACKENDS_LOCK: Final = threading.Lock()
+
+
+def content_backend(tokenizer: Any) -> Any:
+    """The Rust tokenizer that :func:`tokenize_text` encodes documents with: a private copy of
+    ``tokenizer``'s backend that never reads special tokens in text, without truncation or padding
+    (see the module's doc). Made once per tokenizer object."""
+    if not getattr(tokenizer, "is_fast", False) or getattr(tokenizer, "backend_tokenizer", None) is None:
+        raise TypeError("chunking needs a fast tokenizer (one with offset mappings)")
+    with _BACKENDS_LOCK:
+        backend = _BACKENDS.get(tokenizer)
+        if backend is None:
+            backend = copy.deepcopy(tokenizer.backend_tokenizer)
+            backend.encode_special_tokens = True
+            backend.no_truncation()
+            backend.no_padding()
+            _BACKENDS[tokenizer] = backend
+        return backend
 
 
 def _segment_ends(text: str, size: int) -> Iterator[int]:

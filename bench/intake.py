@@ -1,0 +1,215 @@
+"""The daemon's intake: how fast a backlog gets from the inbox to the engine.
+
+Under admission control a short document's latency starts with its intake: the light wave of
+short documents can end only after the last of them reached the engine. On the H200 the daemon took
+in ``compare.py``'s 400 mixed documents at 70-130 per second (4.0-5.8 s for the backlog, read from
+the logs of ``gpu_h200_mixed_fp8_seqs384_*``), so the wave's prefill waited for its documents.
+
+This runs the real service (folder source, reader, tokenizer, summarizer, admission) on the same
+workload with an engine that answers at once: no model, so what is measured is everything before the
+engine. It reports when each document's first request reached the engine, from the moment the
+service was ready. Baseline in the same process: the same documents tokenized one after another by
+``tokenize_text``, the intake's largest single piece of work. ``intake_vs_serial_tokenizing`` above
+1 means the intake overlaps its work (threads); below 1, something else serializes it.
+
+    .venv/bin/python bench/intake.py --config bench/configs/h200-qwen7b-dummy-fp8-seqs384.toml \
+        --docs .gpu/docs --count 400 --json bench/results/intake_cpu.json [--repeat 3]
+
+The instant engine is a benchmark's tool, not a test double standing in for vLLM in a test: nothing
+here checks summaries.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.compare import _mixed  # noqa: E402
+from daemon.cli import prepare_process  # noqa: E402
+from daemon.config import Config, FolderSourceConfig, MetricsConfig, SourcesConfig, load_config  # noqa: E402
+from daemon.contracts import Generation, Sampling  # noqa: E402
+from daemon.engine.vllm_engine import load_tokenizer  # noqa: E402
+from daemon.records import parse_request_id  # noqa: E402
+from daemon.summary.chunking import tokenize_text  # noqa: E402
+
+
+class InstantEngine:
+    """An engine that answers every request at once; records when each document first reached it."""
+
+    def __init__(self) -> None:
+        self.first_request_at: dict[str, float] = {}
+        self._running = False
+
+    @property
+    def is_running(self) -> bool:
+        return self._running
+
+    @property
+    def kv_cache_tokens(self) -> int | None:
+        return 4_000_000  # an H200's FP8 KV cache with the 7B shape: admission sizes itself by it
+
+    @property
+    def start_seconds(self) -> float | None:
+        return 0.0
+
+    async def start(self) -> None:
+        self._running = True
+
+    async def stop(self) -> None:
+        self._running = False
+
+    async def generate(
+        self,
+        prompt_token_ids: list[int],
+        sampling: Sampling,
+        request_id: str,
+        *,
+        on_prefilled: Callable[[], None] | None = None,
+    ) -> Generation:
+        self.first_request_at.setdefault(parse_request_id(request_id).doc_id, time.monotonic())
+        if on_prefilled is not None:
+            on_prefilled()
+        await asyncio.sleep(0)
+        return Generation(
+            text="A summary.",
+            prompt_tokens=len(prompt_token_ids),
+            output_tokens=3,
+            cached_prompt_tokens=0,
+            finish_reason="stop",
+            first_token_s=0.0,
+            total_s=0.0,
+        )
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+async def _intake_pass(config: Config, docs: list[tuple[str, str]], folder: Path) -> dict[str, Any]:
+    from daemon.service import Service
+
+    inbox = folder / "inbox"
+    inbox.mkdir(parents=True)
+    now = time.time()
+    for position, (name, text) in enumerate(docs):
+        (inbox / name).write_text(text, encoding="utf-8")
+        os.utime(inbox / name, (now - len(docs) + position, now - len(docs) + position))  # arrival order
+    run_config = config.model_copy(
+        update={
+            "sources": SourcesConfig(
+                folder=FolderSourceConfig(
+                    inbox=inbox,
+                    outbox=folder / "outbox",
+                    done=folder / "done",
+                    failed=folder / "failed",
+                    settle_seconds=0.0,
+                )
+            ),
+            "metrics": MetricsConfig(enabled=False),
+        }
+    )
+    engine = InstantEngine()
+    all_done = asyncio.Event()
+    finished: list[str] = []
+
+    def on_finished(item: Any, outcome: str) -> None:
+        finished.append(outcome)
+        if len(finished) == len(docs):
+            all_done.set()
+
+    service = Service(run_config, engine=engine, on_finished=on_finished)
+    task = asyncio.create_task(service.run())
+    while not service.ready() and not task.done():  # noqa: ASYNC110 - no event for "ready"
+        await asyncio.sleep(0.005)
+    ready = time.monotonic()
+    waiter = asyncio.create_task(all_done.wait())
+    await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+    service.request_stop()
+    await task
+    waiter.cancel()
+    reached = [at - ready for at in engine.first_request_at.values()]
+    return {
+        "docs_reached_engine": len(reached),
+        "outcomes_ok": finished.count("ok"),
+        "intake_s": round(max(reached), 3),
+        "p50_s": round(_percentile(reached, 0.5), 3),
+        "p90_s": round(_percentile(reached, 0.9), 3),
+        "docs_per_s": round(len(reached) / max(reached), 1),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", type=Path, default=REPO / "docsumd.toml")
+    parser.add_argument("--docs", type=Path, default=REPO.parent / "shared" / "corpus" / "docs")
+    parser.add_argument("--count", type=int, default=400)
+    parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=3, help="intake passes (the baseline runs before each)")
+    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--model", default=None, help="the model folder whose tokenizer to use (default: the config's)"
+    )
+    args = parser.parse_args()
+
+    config = load_config(args.config)
+    if args.model is not None:  # the tokenizer's folder (the engine itself is never built)
+        config = config.model_copy(update={"engine": config.engine.model_copy(update={"model": args.model})})
+    prepare_process(config)
+    tokenizer = load_tokenizer(config.engine)
+    paths = sorted(args.docs.glob("*.txt"))
+    texts = [(path.name, path.read_text(encoding="utf-8", errors="replace")) for path in paths]
+    docs = _mixed(texts, tokenizer, args.count, random.Random(args.seed))
+    work = Path(tempfile.mkdtemp(prefix="docsumd-intake-"))
+    passes: list[dict[str, Any]] = []
+    serial: list[float] = []
+    tokens = 0
+    for number in range(args.repeat):
+        started = time.perf_counter()
+        tokens = sum(len(tokenize_text(tokenizer, text).ids) for _, text in docs)
+        serial.append(time.perf_counter() - started)
+        passes.append(asyncio.run(_intake_pass(config, docs, work / f"pass{number}")))
+        print(f"pass {number}: {passes[-1]}; tokenizing serially {serial[-1]:.2f} s", file=sys.stderr)
+    intake = statistics.median(p["intake_s"] for p in passes)
+    result = {
+        "benchmark": "bench/intake.py",
+        "config": str(args.config),
+        "docs": len(docs),
+        "bytes": sum(len(text.encode("utf-8")) for _, text in docs),
+        "tokens": tokens,
+        "passes": passes,
+        "intake_s": intake,
+        "docs_per_s": round(len(docs) / intake, 1),
+        "serial_tokenizing_s": [round(s, 3) for s in serial],
+        "intake_vs_serial_tokenizing": round(statistics.median(serial) / intake, 3),
+        "environment": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "machine": platform.node(),
+        },
+    }
+    print(result)
+    if args.json is not None:
+        import json
+
+        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

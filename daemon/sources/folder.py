@@ -113,6 +113,12 @@ the loop (and /healthz) for the whole scan (about 0.3 s on a small machine, meas
 bench/backlog.py)."""
 SETTLE_BATCH: Final = 4096
 """Names looked at (statted) per settling pass, oldest first."""
+CLAIM_BATCH: Final = 32
+"""Ready files claimed per trip to the I/O threads while a backlog waits. A trip is two hand-offs
+between threads, and while a backlog is read the tokenizer's threads hold the interpreter lock for
+their Python work, so each hand-off waits its turn: claiming one file per trip made the source the
+pace of a backlog's intake (bench/intake.py). Claimed files wait in the work folder and are handed
+out one per pull; a clean stop gives back those not handed out (:meth:`FolderSource.release_unsettled`)."""
 
 _Stat = tuple[int, int, int]  # (mode, size, mtime_ns) of an lstat
 
@@ -241,7 +247,8 @@ class FolderSource(Lifecycle):
         self._waiting.clear()
 
     async def items(self) -> AsyncIterator[WorkItem]:
-        """Yield work items as files settle, until :meth:`stop`. Pull-driven: nothing is read ahead."""
+        """Yield work items as files settle, until :meth:`stop`. Pull-driven: nothing is read ahead,
+        and at most :data:`CLAIM_BATCH` ready files are claimed ahead of the pulls."""
         while self.started:
             if self._problem is not None and not await self._folders_back():
                 await self._pause(self._next_check_in())
@@ -249,11 +256,9 @@ class FolderSource(Lifecycle):
             if self._waiting:
                 yield self._work_item(self._waiting.popleft())
                 continue
-            name = await self._next_ready()
-            if name is not None:
-                claim = await self._claim(name)
-                if claim is not None:
-                    yield self._work_item(claim)
+            names = await self._next_ready_batch(CLAIM_BATCH)
+            if names:
+                self._waiting.extend(await self._claim_all(names))
                 continue
             await self._pause(self._next_check_in())
 
@@ -415,11 +420,16 @@ class FolderSource(Lifecycle):
     # -- settling --------------------------------------------------------------------------------
 
     async def _next_ready(self) -> str | None:
+        names = await self._next_ready_batch(1)
+        return names[0] if names else None
+
+    async def _next_ready_batch(self, limit: int) -> list[str]:
+        """Up to ``limit`` settled names, oldest first (a rescan or a settling pass first when due)."""
         if time.monotonic() - self._last_scan >= self.config.rescan_seconds:
             await self._scan()
         if not self._ready:
             await self._promote_settled()
-        return self._ready.popleft() if self._ready else None
+        return [self._ready.popleft() for _ in range(min(limit, len(self._ready)))]
 
     async def _promote_settled(self) -> None:
         """Move files whose size and mtime held still for settle_seconds to the ready queue."""
@@ -478,35 +488,67 @@ class FolderSource(Lifecycle):
 
     async def _claim(self, name: str) -> Claim | None:
         """Move ``name`` into the work folder; the claim, or None if it is gone or cannot be moved."""
-        # Out of the inbox from now on (or gone): a new file of this name is a new input.
-        self._known.discard(name)
-        if not await self._check_folders():
-            self._retry_at.pop(name, None)
-            return None
-        job = self._io.submit(self.work.claim, name)
-        try:
-            claim = await self._io.wait(job, self.config.io_timeout_seconds)
-        except asyncio.CancelledError:
-            job.future.add_done_callback(self._adopt_late_claim)
-            raise
-        except (OSError, TimeoutError) as exc:
-            # Not ours to move (another user's file in a sticky inbox, a mount point) or a hung inbox:
-            # left where it is, and tried again at the next rescan.
-            if isinstance(exc, TimeoutError):
-                job.future.add_done_callback(self._adopt_late_claim)
-            log.error("cannot claim an input; it stays there", doc_id=display_name(name), error=repr(exc))
-            self._retry_at[name] = time.monotonic() + self.config.rescan_seconds
-            return None
-        if claim is not None:
-            self._claims.add(claim)
-        return claim
+        claims = await self._claim_all([name])
+        return claims[0] if claims else None
 
-    def _adopt_late_claim(self, future: asyncio.Future[Claim | None]) -> None:
-        """A claim that finished after its caller gave up is still ours: it waits to be handed out
+    async def _claim_all(self, names: list[str]) -> list[Claim]:
+        """Move ``names`` into the work folder in one trip to the I/O threads; the claims, in order,
+        of those that were there and could be moved."""
+        for name in names:
+            # Out of the inbox from now on (or gone): a new file of this name is a new input.
+            self._known.discard(name)
+        if not await self._check_folders():
+            for name in names:
+                self._retry_at.pop(name, None)
+            return []
+        job = self._io.submit(self._claim_each, names)
+        try:
+            outcomes = await self._io.wait(job, self.config.io_timeout_seconds)
+        except asyncio.CancelledError:
+            job.future.add_done_callback(self._adopt_late_claims)
+            raise
+        except TimeoutError as exc:
+            # A hung inbox: whatever the trip claims after all is still ours (handed out later).
+            job.future.add_done_callback(self._adopt_late_claims)
+            for name in names:
+                self._cannot_claim(name, exc)
+            return []
+        claims: list[Claim] = []
+        for name, outcome in zip(names, outcomes, strict=True):
+            if isinstance(outcome, Exception):
+                self._cannot_claim(name, outcome)
+            elif outcome is not None:
+                self._claims.add(outcome)
+                claims.append(outcome)
+        return claims
+
+    def _claim_each(self, names: list[str]) -> list[Claim | Exception | None]:
+        """Claim each name (I/O thread): its claim, None if it is gone, or the error that kept it.
+        One name's error never loses the others' claims (they are in the work folder already)."""
+        outcomes: list[Claim | Exception | None] = []
+        for name in names:
+            try:
+                outcomes.append(self.work.claim(name))
+            except Exception as exc:  # its own problem, or out of file descriptors: tried again later
+                outcomes.append(exc)
+        return outcomes
+
+    def _cannot_claim(self, name: str, exc: Exception) -> None:
+        # Not ours to move (another user's file in a sticky inbox, a mount point) or a hung inbox:
+        # left where it is, and tried again at the next rescan.
+        log.error("cannot claim an input; it stays there", doc_id=display_name(name), error=repr(exc))
+        self._retry_at[name] = time.monotonic() + self.config.rescan_seconds
+
+    def _adopt_late_claims(self, future: asyncio.Future[list[Claim | Exception | None]]) -> None:
+        """Claims that finished after their caller gave up are still ours: they wait to be handed out
         (or given back by a clean stop)."""
-        if not future.cancelled() and future.exception() is None and (claim := future.result()) is not None:
+        if future.cancelled() or future.exception() is not None:
+            return
+        late = [outcome for outcome in future.result() if isinstance(outcome, Claim)]
+        for claim in late:
             self._claims.add(claim)
             self._waiting.append(claim)
+        if late:
             self._wakeup.set()
 
     async def _recover(self) -> None:

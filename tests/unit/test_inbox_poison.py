@@ -15,8 +15,9 @@ import json
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import pytest
 
@@ -652,3 +653,64 @@ async def test_a_hard_link_to_a_file_elsewhere_is_refused_unread(tmp_path: Path,
         assert caught.value.reason == "not_regular"
         await item.fail(failure(item, "not_regular"))
     assert entries(secret.parent) == {"secret.json": SECRET}
+
+
+async def test_a_backlog_is_claimed_in_batches_and_a_clean_stop_gives_back_what_was_not_handed_out(
+    tmp_path: Path,
+) -> None:
+    # One trip to the I/O threads claims up to CLAIM_BATCH ready files (bench/intake.py: one per trip
+    # made the source the pace of a backlog's intake); those not handed out yet wait in the work folder
+    # and go back to the inbox on a clean stop, uncounted.
+    config = make_config(tmp_path)
+    total = folder_module.CLAIM_BATCH + 3
+    for number in range(total):
+        write_old(config.inbox / f"doc{number:03d}.txt", f"text {number}\n".encode(), age=600 - number)
+    source = make_source(config)
+    await source.start()
+    # Pulled by hand, one item, so that what was claimed ahead is exact (items() is a generator).
+    pulls = cast("AsyncGenerator[WorkItem, None]", source.items())
+    try:
+        first = await asyncio.wait_for(anext(pulls), WAIT)
+        assert first.id == "doc000.txt"  # oldest first, as before
+        assert len(claim_folders(config)) == folder_module.CLAIM_BATCH  # claimed ahead, one trip
+        await source.release_unsettled()
+    finally:
+        await pulls.aclose()
+        await source.stop()
+    assert sorted(entries(config.inbox)) == [f"doc{number:03d}.txt" for number in range(total)]
+    assert list(config.work_folder.iterdir()) == []
+    async with running(config) as (_, items):  # nothing was counted against them: all handed out
+        ids = [(await items.next()).id for _ in range(total)]
+    assert ids == [f"doc{number:03d}.txt" for number in range(total)]
+
+
+async def test_one_name_that_cannot_be_claimed_does_not_lose_the_rest_of_its_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = make_config(tmp_path)
+    for number in range(5):
+        write_old(config.inbox / f"doc{number}.txt", f"text {number}\n".encode(), age=600 - number)
+    source = make_source(config)
+    real_claim = source.work.claim
+
+    def claim(name: str) -> Any:
+        if name == "doc2.txt":
+            raise RuntimeError("an error nobody foresaw")
+        return real_claim(name)
+
+    monkeypatch.setattr(source.work, "claim", claim)
+    async with running_source(source) as items:
+        ids = sorted([(await items.next()).id for _ in range(4)])
+    assert ids == ["doc0.txt", "doc1.txt", "doc3.txt", "doc4.txt"]
+    assert "doc2.txt" in entries(config.inbox)  # left where it was, tried again at the next rescan
+
+
+@contextlib.asynccontextmanager
+async def running_source(source: FolderSource) -> AsyncIterator[Collector]:
+    await source.start()
+    items = Collector(source)
+    try:
+        yield items
+    finally:
+        await items.close()
+        await source.stop()

@@ -613,9 +613,9 @@ def _folder_passes(
     return asyncio.run(passes())
 
 
-async def _folder_pass(
-    config: Config, docs: Sequence[tuple[str, str | bytes]], folder: Path, plan: _Plan, engine: Engine
-) -> DaemonRun:
+def folder_pass_config(config: Config, docs: Sequence[tuple[str, str | bytes]], folder: Path) -> Config:
+    """``config`` for one pass over ``folder``: its inbox holds ``docs``, oldest first in the given
+    order (their mtimes say so), read at once (no settling), metrics off."""
     inbox = folder / "inbox"
     inbox.mkdir(parents=True)
     now = time.time()
@@ -626,21 +626,23 @@ async def _folder_pass(
         else:
             path.write_text(content, encoding="utf-8")
         os.utime(path, (now - len(docs) + position, now - len(docs) + position))  # arrival order
-    run_config = config.model_copy(
-        update={
-            "sources": SourcesConfig(
-                folder=FolderSourceConfig(
-                    inbox=inbox,
-                    outbox=folder / "outbox",
-                    done=folder / "done",
-                    failed=folder / "failed",
-                    settle_seconds=0.0,
-                )
-            ),
-            "metrics": MetricsConfig(enabled=False),
-            "admission": config.admission.model_copy(update={"enabled": plan.admission, **plan.overrides}),
-        }
+    sources = SourcesConfig(
+        folder=FolderSourceConfig(
+            inbox=inbox,
+            outbox=folder / "outbox",
+            done=folder / "done",
+            failed=folder / "failed",
+            settle_seconds=0.0,
+        )
     )
+    return config.model_copy(update={"sources": sources, "metrics": MetricsConfig(enabled=False)})
+
+
+async def _folder_pass(
+    config: Config, docs: Sequence[tuple[str, str | bytes]], folder: Path, plan: _Plan, engine: Engine
+) -> DaemonRun:
+    admission = config.admission.model_copy(update={"enabled": plan.admission, **plan.overrides})
+    run_config = folder_pass_config(config, docs, folder).model_copy(update={"admission": admission})
     run = DaemonRun(label=plan.label)
     sampler = _RssSampler()
     waves_before = wave_counters()

@@ -37,9 +37,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.compare import _mixed  # noqa: E402
+from bench.compare import _mixed, folder_pass_config  # noqa: E402
 from daemon.cli import prepare_process  # noqa: E402
-from daemon.config import Config, FolderSourceConfig, MetricsConfig, SourcesConfig, load_config  # noqa: E402
+from daemon.config import Config, load_config  # noqa: E402
 from daemon.contracts import Generation, Sampling  # noqa: E402
 from daemon.engine.vllm_engine import load_tokenizer  # noqa: E402
 from daemon.records import parse_request_id  # noqa: E402
@@ -102,26 +102,7 @@ def _percentile(values: list[float], q: float) -> float:
 async def _intake_pass(config: Config, docs: list[tuple[str, str]], folder: Path) -> dict[str, Any]:
     from daemon.service import Service
 
-    inbox = folder / "inbox"
-    inbox.mkdir(parents=True)
-    now = time.time()
-    for position, (name, text) in enumerate(docs):
-        (inbox / name).write_text(text, encoding="utf-8")
-        os.utime(inbox / name, (now - len(docs) + position, now - len(docs) + position))  # arrival order
-    run_config = config.model_copy(
-        update={
-            "sources": SourcesConfig(
-                folder=FolderSourceConfig(
-                    inbox=inbox,
-                    outbox=folder / "outbox",
-                    done=folder / "done",
-                    failed=folder / "failed",
-                    settle_seconds=0.0,
-                )
-            ),
-            "metrics": MetricsConfig(enabled=False),
-        }
-    )
+    run_config = folder_pass_config(config, docs, folder)
     engine = InstantEngine()
     all_done = asyncio.Event()
     finished: list[str] = []

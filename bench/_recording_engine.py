@@ -40,8 +40,11 @@ class RecordingEngine(Engine):
         request_id: str,
         *,
         on_prefilled: Callable[[], None] | None = None,
+        priority: int = 0,
     ) -> Generation:
         """Run the request on the real engine, then remember it."""
-        generation = await super().generate(prompt_token_ids, sampling, request_id, on_prefilled=on_prefilled)
+        generation = await super().generate(
+            prompt_token_ids, sampling, request_id, on_prefilled=on_prefilled, priority=priority
+        )
         self.requests.append(Request(request_id, sampling, generation))
         return generation

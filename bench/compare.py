@@ -892,9 +892,12 @@ class RecordingEngine:
         request_id: str,
         *,
         on_prefilled: Callable[[], None] | None = None,
+        priority: int = 0,
     ) -> Generation:
         submitted = time.monotonic()
-        generation = await self.engine.generate(prompt_ids, sampling, request_id, on_prefilled=on_prefilled)
+        generation = await self.engine.generate(
+            prompt_ids, sampling, request_id, on_prefilled=on_prefilled, priority=priority
+        )
         parsed = parse_request_id(request_id)
         self.run.requests.append(
             Request(

@@ -78,6 +78,7 @@ class InstantEngine:
         request_id: str,
         *,
         on_prefilled: Callable[[], None] | None = None,
+        priority: int = 0,
     ) -> Generation:
         self.first_request_at.setdefault(parse_request_id(request_id).doc_id, time.monotonic())
         if on_prefilled is not None:

@@ -137,6 +137,7 @@ def child(args: argparse.Namespace) -> None:
             request_id: str,
             *,
             on_prefilled: Callable[[], None] | None = None,
+            priority: int = 0,
         ) -> Generation:
             await asyncio.sleep(0)
             if on_prefilled is not None:

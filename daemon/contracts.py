@@ -152,11 +152,14 @@ class EngineClient(Protocol):
         request_id: str,
         *,
         on_prefilled: Callable[[], None] | None = None,
+        priority: int = 0,
     ) -> Generation:
         """Run one request to completion (see the module's doc for its errors and cancellation).
 
         ``on_prefilled`` is called once when the engine has prefilled the prompt, if it can tell
         (admission keeps the engine's prefill queue short with it); an engine that cannot may leave
-        it uncalled.
+        it uncalled. ``priority``: among the requests waiting inside the engine, lower goes first,
+        where the engine schedules by priority (vLLM's ``scheduling_policy = "priority"``); an engine
+        that does not ignores it.
         """
         ...

@@ -19,7 +19,11 @@ front of the engine and decides what vLLM holds, in five rules:
    counting the new one; the engine reports when a request's prefill is done
    (:meth:`SlotHandle.prefill_done`). The engine always has full steps of prefill to do, but never
    a backlog of it that a light request arriving later would have to wait behind, and the order is
-   decided at the last moment, when the most requests are known.
+   decided at the last moment, when the most requests are known. Where vLLM schedules by priority
+   (``[engine.extra] scheduling_policy = "priority"``), a heavy request that is not aged goes in
+   with a lower priority (:attr:`SlotHandle.priority`), so light requests admitted after it still
+   go first among what waits there: at the start of a backlog the first long documents otherwise
+   take the idle engine's first steps while the short ones are still being read.
 4. **Light waves.** When at least ``wave_min_requests`` light requests that are not combine steps
    are in the engine, heavy requests wait until fewer are: those light requests decode in light
    steps instead of crawling beside long prefills. A wave costs throughput (its decode-only steps
@@ -122,6 +126,7 @@ class _Waiter:
     gone: bool = field(default=False, compare=False)  # left the queue: granted or cancelled
     admitted: bool = field(default=False, compare=False)
     prefilled: bool = field(default=False, compare=False)
+    priority: int = field(default=0, compare=False)  # inside the engine, set when admitted
 
 
 class SlotHandle:
@@ -136,6 +141,13 @@ class SlotHandle:
     def prefill_done(self) -> None:
         """The engine has prefilled the prompt (its first output came). Idempotent."""
         self._admission._prefill_done(self._waiter)
+
+    @property
+    def priority(self) -> int:
+        """The request's priority inside the engine, where it schedules by priority (lower first):
+        0 for a light request or an aged heavy one, 1 for another heavy one (:class:`Admission`);
+        always 0 with admission off."""
+        return self._waiter.priority
 
 
 class AdmissionControl(ABC):
@@ -423,6 +435,10 @@ class Admission(AdmissionControl):
                 return
             heapq.heappop(self._light if chosen.light else self._heavy)
             self._forget(chosen)
+            # Inside a vLLM that schedules by priority, light requests admitted later still go
+            # before heavy prefill already queued there (which admission let in while no light
+            # request waited); an aged heavy request keeps its place.
+            chosen.priority = 0 if chosen.light or self._aged(chosen) else 1
             self._take(chosen)
             assert chosen.granted is not None
             chosen.granted.set_result(None)

@@ -105,11 +105,12 @@ class _WatchedEngine:
         request_id: str,
         *,
         on_prefilled: Callable[[], None] | None = None,
+        priority: int = 0,
     ) -> Generation:
         """The wrapped engine's answer; a completed or refused request is progress."""
         try:
             generation = await self._engine.generate(
-                prompt_token_ids, sampling, request_id, on_prefilled=on_prefilled
+                prompt_token_ids, sampling, request_id, on_prefilled=on_prefilled, priority=priority
             )
         except RequestError:
             self._watch.progressed()

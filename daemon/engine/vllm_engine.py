@@ -150,6 +150,8 @@ class Engine(Lifecycle):
         self._processes = reaper.Processes(set())
         self._params: dict[Sampling, SamplingParams] = {}
         self.start_seconds: float | None = None
+        # vLLM refuses a request's priority unless it schedules by priority (some versions raise).
+        self._by_priority = engine_kwargs(config).get("scheduling_policy") == "priority"
 
     @property
     def is_running(self) -> bool:
@@ -322,15 +324,19 @@ class Engine(Lifecycle):
         request_id: str,
         *,
         on_prefilled: Callable[[], None] | None = None,
+        priority: int = 0,
     ) -> Generation:
         """Run one request to completion. On cancellation the vLLM request is aborted, then re-raised.
 
         ``on_prefilled`` is called once, when the engine has prefilled the prompt (its first output).
+        ``priority`` reaches vLLM only where ``[engine.extra] scheduling_policy = "priority"``.
         """
         params = self._params.get(sampling)
         if params is None:
             params = self._params[sampling] = sampling_params(sampling)
-        return await self._generate(prompt_token_ids, params, request_id, on_prefilled)
+        return await self._generate(
+            prompt_token_ids, params, request_id, on_prefilled, priority if self._by_priority else 0
+        )
 
     async def _generate(
         self,
@@ -338,6 +344,7 @@ class Engine(Lifecycle):
         params: SamplingParams,
         request_id: str,
         on_prefilled: Callable[[], None] | None = None,
+        priority: int = 0,
     ) -> Generation:
         llm = self._require_running()
         from vllm.inputs import TokensPrompt
@@ -348,7 +355,7 @@ class Engine(Lifecycle):
         output = _Output(delta=params.output_kind == RequestOutputKind.DELTA)
         try:
             async for step in llm.generate(
-                TokensPrompt(prompt_token_ids=prompt_token_ids), params, request_id
+                TokensPrompt(prompt_token_ids=prompt_token_ids), params, request_id, priority=priority
             ):
                 if output.add(step) and on_prefilled is not None:
                     on_prefilled()

@@ -168,6 +168,7 @@ class _DocumentRun:
                     sampling or profile.sampling(max_tokens),
                     engine_request_id,
                     on_prefilled=slot.prefill_done,
+                    priority=slot.priority,
                 )
             except RequestError as exc:
                 raise DocumentError("engine_error", f"the engine failed on this document: {exc}") from exc

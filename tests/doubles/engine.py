@@ -23,6 +23,7 @@ class Call:
     prompt: list[int]
     max_tokens: int
     sampling: Sampling | None = field(default=None, compare=False, repr=False)
+    priority: int = field(default=0, compare=False)
     parsed: RequestId = field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -118,11 +119,12 @@ class FakeEngine:
         request_id: str,
         *,
         on_prefilled: Callable[[], None] | None = None,
+        priority: int = 0,
     ) -> Generation:
         """Record the call, take its time, then answer (or raise what the test set up)."""
         if on_prefilled is not None:
             on_prefilled()  # no prefill to speak of: the engine's queue never holds it back
-        call = Call(request_id, list(prompt_token_ids), sampling.max_tokens, sampling)
+        call = Call(request_id, list(prompt_token_ids), sampling.max_tokens, sampling, priority)
         self.calls.append(call)
         self.active += 1
         self.max_active = max(self.max_active, self.active)

@@ -693,3 +693,41 @@ async def test_disabled_admits_everything_at_once_and_still_counts() -> None:
         request.prefilled()
         await request.release()
     assert_empty(admission)
+
+
+async def test_engine_priorities_put_light_and_aged_requests_before_other_heavy_ones() -> None:
+    # Where vLLM schedules by priority, a heavy request admitted while no light one waited must not
+    # keep light requests admitted after it waiting inside vLLM; an aged heavy request keeps its place.
+    clock = FakeClock()
+    admission = make_admission(clock=clock)
+    log: list[str] = []
+    fresh = heavy(admission, "fresh-heavy", log, arrived_at=0.0)
+    short = light(admission, "light", log, arrived_at=1.0)
+    urgent = light(admission, "combine", log, arrived_at=0.5, urgent=True)
+    await settle()
+    assert set(log) == {"fresh-heavy", "light", "combine"}  # no bounds bind: all are in at once
+    assert [request.handle.priority for request in (fresh, short, urgent) if request.handle] == [1, 0, 0]
+    blocked = make_admission(clock=clock, max_requests=1)
+    blocker = Request(blocked, "blocker", 1, log)
+    await settle()
+    old = heavy(blocked, "old-heavy", log, arrived_at=0.0)
+    await settle()
+    clock.now = AGING  # it waited its AGING seconds before it went in
+    await blocker.release()
+    await asyncio.wait_for(old.admitted.wait(), WAIT)
+    assert old.handle is not None
+    assert old.handle.priority == 0
+    for request in (fresh, short, urgent, old):
+        await request.release()
+    assert_empty(admission)
+    assert_empty(blocked)
+
+
+async def test_with_admission_off_every_request_has_the_same_engine_priority() -> None:
+    fifo = make_fifo()
+    log: list[str] = []
+    requests = [heavy(fifo, "heavy", log), light(fifo, "light", log)]
+    await settle()
+    assert [request.handle.priority for request in requests if request.handle] == [0, 0]
+    for request in requests:
+        await request.release()

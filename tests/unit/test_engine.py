@@ -146,3 +146,10 @@ async def test_stop_cancels_the_output_handler_before_shutting_the_engine_down(t
     await engine.stop()  # idempotent
     assert llm.events == ["output handler cancelled", "shutdown"]
     assert not engine.is_running
+
+
+def test_request_priorities_reach_vllm_only_where_it_schedules_by_priority(tmp_path: Path) -> None:
+    # Some vLLM versions refuse a request's priority under first-come-first-served scheduling.
+    assert Engine(EngineConfig(model=str(tmp_path)))._by_priority is False
+    by_priority = EngineConfig(model=str(tmp_path), extra={"scheduling_policy": "priority"})
+    assert Engine(by_priority)._by_priority is True

@@ -123,6 +123,15 @@ def assert_every_request_fits(engine: FakeEngine, max_model_len: int) -> None:
 # -- one request -----------------------------------------------------------------------------------
 
 
+async def test_each_request_reaches_the_engine_with_the_priority_admission_gave_it(tokenizer: Any) -> None:
+    engine = replying_engine()
+    limits = AdmissionLimits(max_requests=1000, max_tokens=10**9, light_prompt_tokens=200)
+    summarizer = make_summarizer(tokenizer, engine, admission=RecordingAdmission(limits))
+    await summarizer.summarize(make_document("A short lease.", "short.txt"))
+    await summarizer.summarize(make_document("A longer lease, clause after clause. " * 60, "long.txt"))
+    assert {call.doc_id: call.priority for call in engine.calls} == {"short.txt": 0, "long.txt": 1}
+
+
 async def test_short_document_is_one_request(tokenizer: Any) -> None:
     engine = replying_engine(output_tokens=42)
     admission = make_admission()

@@ -24,9 +24,9 @@ uses a private copy of the tokenizer's Rust backend with that setting fixed once
 (:func:`content_backend`): transformers' ``split_special_tokens=True`` sets a flag on the backend the
 whole process shares for each call, so our prompt templates, encoded elsewhere with the flag off,
 could flip it between another thread's setting it and its encoding. Calling the copy's
-``encode_batch`` directly also skips transformers' per-token Python work, which held the interpreter
-lock for most of a document's tokenizing and so made a backlog's intake one document at a time
-(``bench/intake.py``); the Rust encoding runs without the lock.
+``encode_batch`` directly also skips transformers' conversion of each call's output (per-token Python
+work under the interpreter lock); the Rust encoding itself runs without the lock, so documents are
+tokenized in parallel threads (``bench/intake.py`` measures a backlog's intake).
 
 Memory: a tokenizer's output for one call costs some 500-650 bytes per token in the main process
 (its token strings, offsets as Python tuples); a 5 MiB document in one call is over a million tokens,

@@ -77,12 +77,19 @@ _MAGIC: Final = (
 )
 
 # Control bytes that never appear in text (everything below 0x20 except tab, LF, VT, FF, CR, ESC; DEL).
-NON_TEXT_BYTES: Final = bytes(sorted(set(range(1, 0x20)) - {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1B} | {0x7F}))
-"""Control bytes that plain text does not have, NUL apart (NULs get their own check); as ``bytes``,
-so that ``bytes.translate`` counts them at C speed (format sniffing shares them)."""
+# NUL is left out: valid UTF-8 with a few NULs gets its own reason (nul_bytes) after decoding. As
+# bytes, so that bytes.translate counts them at C speed.
+_NON_TEXT_BYTES: Final = bytes(sorted(set(range(1, 0x20)) - {0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x1B} | {0x7F}))
 _SNIFF_BYTES: Final = 64 * 1024
 # Random bytes have about 11% such bytes; real text none. 2% leaves room for odd but real text.
 _BINARY_CONTROL_RATIO: Final = 0.02
+
+
+def too_many_control_bytes(head: bytes) -> int | None:
+    """How many of ``head``'s bytes are control bytes that text does not have, when that is too many
+    for text; None when it is few enough (the rule decoding and format sniffing share)."""
+    control = len(head) - len(head.translate(None, _NON_TEXT_BYTES))
+    return control if control > _BINARY_CONTROL_RATIO * len(head) else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,9 +206,8 @@ def _refuse_binary(data: bytes) -> None:
     if _is_bzip2(data):
         raise DocumentError("binary", "input is bzip2-compressed data, not text")
     head = data[:_SNIFF_BYTES]
-    # NULs are left out here: valid UTF-8 with a few NULs gets its own reason (nul_bytes) after decoding.
-    control = len(head) - len(head.translate(None, NON_TEXT_BYTES))
-    if control > _BINARY_CONTROL_RATIO * len(head):
+    control = too_many_control_bytes(head)
+    if control is not None:
         raise DocumentError(
             "binary",
             f"input does not look like text: {control} of its first {len(head)} bytes are control bytes",

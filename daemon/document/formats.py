@@ -32,7 +32,7 @@ import enum
 import re
 from typing import Final
 
-from daemon.document.decode import NON_TEXT_BYTES
+from daemon.document.decode import too_many_control_bytes
 from daemon.document.extract.markup import MarkdownScan, RstScan, scan_markdown, scan_rst
 from daemon.document.extract.office import (
     OLE2_MAGIC,
@@ -65,9 +65,6 @@ _BINARY_MAGIC: Final = (
     b"\x7fELF",
     b"MZ\x90\x00",  # a Windows executable
 )
-# Control bytes that never appear in text (decode.py's rule: all below 0x20 but tab, LF, VT, FF, CR,
-# ESC; DEL). NUL is left out: valid UTF-8 with a few NULs gets decode.py's own reason (nul_bytes).
-_BINARY_CONTROL_RATIO: Final = 0.02
 
 _BOMS: Final = (
     (codecs.BOM_UTF32_LE, "utf-32-le"),
@@ -185,8 +182,7 @@ def _sniff_text(data: bytes) -> str | None:
     if data.startswith(_BINARY_MAGIC):
         return None
     head = data[:_SNIFF_BYTES]
-    control = len(head) - len(head.translate(None, NON_TEXT_BYTES))
-    if control > _BINARY_CONTROL_RATIO * len(head):
+    if too_many_control_bytes(head) is not None:  # decoding's rule
         return None
     text = head.decode("utf-8", "replace")
     if len(data) > _SNIFF_BYTES and "\n" in text:

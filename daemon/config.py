@@ -197,6 +197,13 @@ class EngineConfig(_Section):
         return self
 
     @property
+    def schedules_by_priority(self) -> bool:
+        """Whether vLLM orders the requests it holds by their priority (``[engine.extra]
+        scheduling_policy = "priority"``): admission then sends priorities, and light requests go
+        before heavy prefill already in the engine."""
+        return self.extra.get("scheduling_policy") == "priority"
+
+    @property
     def model_name(self) -> str:
         """The name results carry: served_model_name, else the last part of the model path or id."""
         return self.served_model_name or Path(self.model.rstrip("/")).name
@@ -362,6 +369,13 @@ class AdmissionConfig(_Section):
         description="Aging: a heavy request waits behind light ones, and their waves, at most this long "
         "after its document arrived; then it goes ahead of light requests that arrived later "
         "(formerly window_seconds).",
+    )
+    stage_lead_seconds: float = Field(
+        default=10.0,
+        ge=0.0,
+        description="A request its document follows with another (a part of a document summarized in "
+        "stages) is ordered as if its document had arrived this much earlier, so a backlog ends with "
+        "requests that end documents instead of combine steps decoding alone (0: plain arrival order).",
     )
 
 

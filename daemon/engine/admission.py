@@ -13,17 +13,24 @@ front of the engine and decides what vLLM holds, in five rules:
 2. **Light before heavy.** A request is *light* when its prompt is at most ``light_prompt_tokens``
    (by default an eighth of an engine step's token budget: its own prefill is a small part of one
    step, so its latency is its decoding steps); otherwise *heavy*. Waiting light requests go first;
-   within each class, combine steps of documents in progress (``urgent``) first, then arrival order.
+   within each class, combine steps of documents in progress (``urgent``) first, then arrival order,
+   where a request that its document follows with another (a part before its combine step,
+   ``follow_up``) counts as having arrived ``stage_lead_seconds`` earlier: the last requests of a
+   backlog are then ones that end their documents, not parts whose combine steps would decode
+   alone after everything else (the tail that cost admission 2-4% of FIFO's throughput on the H200,
+   bench/RESULTS.md), and a document in stages starts about one request's time sooner than its
+   neighbours, which it needs to end with them.
 3. **A short prefill queue.** A request is admitted only while the prompt tokens the engine holds
    but has not prefilled yet stay within ``prefill_tokens`` (by default four engine steps),
    counting the new one; the engine reports when a request's prefill is done
    (:meth:`SlotHandle.prefill_done`). The engine always has full steps of prefill to do, but never
    a backlog of it that a light request arriving later would have to wait behind, and the order is
    decided at the last moment, when the most requests are known. Where vLLM schedules by priority
-   (``[engine.extra] scheduling_policy = "priority"``), a heavy request that is not aged goes in
-   with a lower priority (:attr:`SlotHandle.priority`), so light requests admitted after it still
-   go first among what waits there: at the start of a backlog the first long documents otherwise
-   take the idle engine's first steps while the short ones are still being read.
+   (``[engine.extra] scheduling_policy = "priority"``, ``light_overtakes``), a heavy request that
+   is not aged goes in with a lower priority (:attr:`SlotHandle.priority`), so light requests
+   admitted after it still go first among what waits there, and a light request's prefill queue
+   counts only light prompts: at the start of a backlog the first long documents otherwise take the
+   idle engine's first steps, and fill its prefill queue, while the short ones are still being read.
 4. **Light waves.** When at least ``wave_min_requests`` light requests that are not combine steps
    are in the engine, heavy requests wait until fewer are: those light requests decode in light
    steps instead of crawling beside long prefills. A wave costs throughput (its decode-only steps
@@ -103,12 +110,15 @@ class AdmissionLimits:
     wave_min_requests: int = UNBOUNDED
     wave_max_requests: int | None = None
     aging_seconds: float = 30.0
+    stage_lead_seconds: float = 0.0
+    light_overtakes: bool = False
+    """The engine schedules by priority, so light requests go before heavy prefill it holds."""
 
     def __post_init__(self) -> None:
         """Reject limits that would block everything."""
         counts = (self.max_requests, self.max_tokens, self.prefill_tokens, self.wave_min_requests)
         wave_max = 1 if self.wave_max_requests is None else self.wave_max_requests
-        if min(*counts, wave_max) < 1 or self.light_prompt_tokens < 0:
+        if min(*counts, wave_max) < 1 or min(self.light_prompt_tokens, self.stage_lead_seconds) < 0:
             raise ValueError("admission limits must be positive")
 
 
@@ -167,6 +177,8 @@ class AdmissionControl(ABC):
         self.inflight_tokens = 0
         self.unprefilled_tokens = 0
         """Prompt tokens of admitted requests whose prefill is not done yet."""
+        self.light_unprefilled_tokens = 0
+        """The part of :attr:`unprefilled_tokens` that light requests hold."""
         self.light_inflight = 0
         self.light_prefilling = 0
         self.wave_members = 0
@@ -200,18 +212,24 @@ class AdmissionControl(ABC):
         urgent: bool = False,
         arrived_at: float | None = None,
         prompt_tokens: int | None = None,
+        follow_up: bool = False,
     ) -> AsyncIterator[SlotHandle]:
         """Wait for admission of a request of ``cost`` tokens; hold it for the ``async with`` body.
 
         ``prompt_tokens`` (default: ``cost``) is the part of ``cost`` the engine prefills; tell it
         when that is done through the yielded handle. ``arrived_at`` (``time.monotonic()`` seconds)
         is when the request's document arrived; ``urgent`` marks a combine step of a document in
-        progress. Cancellation while waiting leaves the queue clean.
+        progress; ``follow_up`` a request whose output the document sends to the engine again (a
+        part, an intermediate combine step). Cancellation while waiting leaves the queue clean.
         """
         waited_from = self._clock()
         prompt = cost if prompt_tokens is None else min(prompt_tokens, cost)
         waiter = self._new_waiter(
-            cost, prompt, urgent=urgent, arrived_at=waited_from if arrived_at is None else arrived_at
+            cost,
+            prompt,
+            urgent=urgent,
+            arrived_at=waited_from if arrived_at is None else arrived_at,
+            follow_up=follow_up,
         )
         await self._admit(waiter)
         ADMISSION_WAIT.observe(self._clock() - waited_from)
@@ -220,10 +238,13 @@ class AdmissionControl(ABC):
         finally:
             self._release(waiter)
 
-    def _new_waiter(self, cost: int, prompt: int, *, urgent: bool, arrived_at: float) -> _Waiter:
+    def _new_waiter(
+        self, cost: int, prompt: int, *, urgent: bool, arrived_at: float, follow_up: bool
+    ) -> _Waiter:
         light = self.is_light(prompt)
+        lead = self.limits.stage_lead_seconds if follow_up else 0.0
         return _Waiter(
-            key=(0 if urgent else 1, arrived_at, next(self._sequence)),
+            key=(0 if urgent else 1, arrived_at - lead, next(self._sequence)),
             cost=cost,
             prompt_tokens=prompt,
             light=light,
@@ -253,6 +274,7 @@ class AdmissionControl(ABC):
         if waiter.light:
             self.light_inflight += 1
             self.light_prefilling += 1
+            self.light_unprefilled_tokens += waiter.prompt_tokens
         if waiter.wave_member:
             self.wave_members += 1
             self._count_wave()
@@ -262,18 +284,19 @@ class AdmissionControl(ABC):
     def _prefill_done(self, waiter: _Waiter) -> None:
         if not waiter.admitted or waiter.prefilled:
             return
+        self._count_prefilled(waiter)
+        self._room_freed()
+
+    def _count_prefilled(self, waiter: _Waiter) -> None:
         waiter.prefilled = True
         self.unprefilled_tokens -= waiter.prompt_tokens
         if waiter.light:
             self.light_prefilling -= 1
-        self._room_freed()
+            self.light_unprefilled_tokens -= waiter.prompt_tokens
 
     def _release(self, waiter: _Waiter) -> None:
         if not waiter.prefilled:
-            waiter.prefilled = True
-            self.unprefilled_tokens -= waiter.prompt_tokens
-            if waiter.light:
-                self.light_prefilling -= 1
+            self._count_prefilled(waiter)
         waiter.admitted = False
         self.inflight_requests -= 1
         self.inflight_tokens -= waiter.cost
@@ -369,11 +392,15 @@ class Admission(AdmissionControl):
         )
 
     def _prefill_room(self, waiter: _Waiter) -> bool:
-        """Rule 3: the engine's prefill queue stays short (an empty one takes any request)."""
-        return (
-            self.unprefilled_tokens == 0
-            or self.unprefilled_tokens + waiter.prompt_tokens <= self.limits.prefill_tokens
+        """Rule 3: the engine's prefill queue stays short (an empty one takes any request); a light
+        request that the engine prefills before heavy ones (``light_overtakes``) queues behind light
+        prompts only."""
+        queued = (
+            self.light_unprefilled_tokens
+            if waiter.light and self.limits.light_overtakes
+            else self.unprefilled_tokens
         )
+        return queued == 0 or queued + waiter.prompt_tokens <= self.limits.prefill_tokens
 
     def wave_target(self) -> int:
         """Rule 4: how many light requests the current wave may hold."""
@@ -490,7 +517,8 @@ def admission_limits(
     * light prompts: an eighth of an engine step (``max_num_batched_tokens``);
     * prefill queue: :data:`_PREFILL_QUEUE_STEPS` engine steps, so vLLM always has a full step of
       prefill ready;
-    * waves: a quarter of ``max_num_seqs`` light requests at least.
+    * waves: a quarter of ``max_num_seqs`` light requests at least;
+    * light requests overtake heavy prefill where the engine schedules by priority.
     """
     step = engine.max_num_batched_tokens
     max_tokens = settings.max_inflight_tokens or max(kv_cache_tokens or 32 * step, engine.max_model_len)
@@ -504,6 +532,8 @@ def admission_limits(
         wave_min_requests=settings.wave_min_requests or max(1, engine.max_num_seqs // 4),
         wave_max_requests=settings.wave_max_requests,
         aging_seconds=settings.aging_seconds,
+        stage_lead_seconds=settings.stage_lead_seconds,
+        light_overtakes=engine.schedules_by_priority,
     )
 
 
@@ -524,5 +554,7 @@ def admission_for_engine(
         wave_min_requests=limits.wave_min_requests,
         wave_max_requests=limits.wave_max_requests,
         aging_s=limits.aging_seconds,
+        stage_lead_s=limits.stage_lead_seconds,
+        light_overtakes=limits.light_overtakes,
     )
     return admission

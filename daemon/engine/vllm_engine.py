@@ -151,7 +151,7 @@ class Engine(Lifecycle):
         self._params: dict[Sampling, SamplingParams] = {}
         self.start_seconds: float | None = None
         # vLLM refuses a request's priority unless it schedules by priority (some versions raise).
-        self._by_priority = engine_kwargs(config).get("scheduling_policy") == "priority"
+        self._by_priority = config.schedules_by_priority
 
     @property
     def is_running(self) -> bool:

@@ -142,10 +142,12 @@ class _DocumentRun:
         style: Any,
         max_tokens: int,
         urgent: bool = False,
+        follow_up: bool = False,
         sampling: Sampling | None = None,
     ) -> Generation:
         """One request: ``body_ids`` in the ``kind`` template, at most ``max_tokens`` out, sampled as the
-        profile's requests are unless ``sampling`` is given."""
+        profile's requests are unless ``sampling`` is given; ``urgent`` and ``follow_up`` are
+        admission's (:meth:`~daemon.engine.admission.AdmissionControl.slot`)."""
         summarizer, profile = self._summarizer, self._profile
         prompt_ids = profile.prompts.build(kind, body_ids, style=style, max_tokens=max_tokens)
         if not profile.budget.fits(len(prompt_ids), max_tokens):  # a bug, never the document's fault
@@ -159,6 +161,7 @@ class _DocumentRun:
                 urgent=urgent,
                 arrived_at=self._arrived_at,
                 prompt_tokens=len(prompt_ids),
+                follow_up=follow_up,
             ) as slot,
         ):
             ENGINE_REQUESTS.labels(kind=kind.value).inc()
@@ -343,7 +346,9 @@ class Summarizer:
                 f"({len(tokens)} tokens); summary.max_parts is {self.config.max_parts}",
             )
         generations = await _gather(
-            run.generate(PromptKind.PART, chunk.token_ids, style="prose", max_tokens=part_tokens)
+            run.generate(
+                PromptKind.PART, chunk.token_ids, style="prose", max_tokens=part_tokens, follow_up=True
+            )
             for chunk in chunks
         )
         spans = [(chunk.char_start, chunk.char_end) for chunk in chunks]
@@ -369,6 +374,7 @@ class Summarizer:
                     style="prose",
                     max_tokens=step_tokens,
                     urgent=True,
+                    follow_up=True,
                 )
                 for group in groups
             )

@@ -59,11 +59,13 @@ class Request:
 
 
 class RecordingAdmission(Admission):
-    """The real admission, remembering the cost and urgency of every slot asked for, in ``asked``."""
+    """The real admission, remembering the cost and urgency of every slot asked for, in ``asked``,
+    and whether the document follows it with another request, in ``follow_ups``."""
 
     def __init__(self, limits: AdmissionLimits) -> None:
         super().__init__(limits)
         self.asked: list[tuple[int, bool]] = []
+        self.follow_ups: list[bool] = []
 
     @contextlib.asynccontextmanager
     async def slot(
@@ -73,10 +75,12 @@ class RecordingAdmission(Admission):
         urgent: bool = False,
         arrived_at: float | None = None,
         prompt_tokens: int | None = None,
+        follow_up: bool = False,
     ) -> AsyncIterator[SlotHandle]:
-        """Record ``(cost, urgent)``, then the real slot."""
+        """Record ``(cost, urgent)`` and ``follow_up``, then the real slot."""
         self.asked.append((cost, urgent))
+        self.follow_ups.append(follow_up)
         async with super().slot(
-            cost, urgent=urgent, arrived_at=arrived_at, prompt_tokens=prompt_tokens
+            cost, urgent=urgent, arrived_at=arrived_at, prompt_tokens=prompt_tokens, follow_up=follow_up
         ) as handle:
             yield handle

@@ -88,8 +88,9 @@ def assert_empty(admission: AdmissionControl) -> None:
         admission.light_inflight,
         admission.light_prefilling,
         admission.wave_members,
+        admission.light_unprefilled_tokens,
     )
-    assert counters == (0, 0, 0, 0, 0, 0, 0)
+    assert counters == (0, 0, 0, 0, 0, 0, 0, 0)
 
 
 # -- bounds ----------------------------------------------------------------------------------------
@@ -170,6 +171,8 @@ def test_limits_are_derived_from_the_engine() -> None:
         wave_min_requests=64,
         wave_max_requests=None,
         aging_seconds=30.0,
+        stage_lead_seconds=10.0,
+        light_overtakes=False,
     )
     configured = AdmissionConfig(
         max_inflight_requests=8,
@@ -179,8 +182,10 @@ def test_limits_are_derived_from_the_engine() -> None:
         wave_min_requests=3,
         wave_max_requests=5,
         aging_seconds=2.0,
+        stage_lead_seconds=0.0,
     )
-    assert admission_limits(configured, engine, kv_cache_tokens=None) == AdmissionLimits(
+    by_priority = engine.model_copy(update={"extra": {"scheduling_policy": "priority"}})
+    assert admission_limits(configured, by_priority, kv_cache_tokens=None) == AdmissionLimits(
         max_requests=8,
         max_tokens=4096,
         light_prompt_tokens=0,
@@ -188,6 +193,8 @@ def test_limits_are_derived_from_the_engine() -> None:
         wave_min_requests=3,
         wave_max_requests=5,
         aging_seconds=2.0,
+        stage_lead_seconds=0.0,
+        light_overtakes=True,
     )
     unknown_cache = admission_limits(AdmissionConfig(), engine, kv_cache_tokens=None)
     assert unknown_cache.max_tokens == 32 * 16384
@@ -243,6 +250,26 @@ async def test_urgent_requests_go_first_within_their_class() -> None:
         ],
     )
     assert order == ["late-light-urgent", "early-light", "late-heavy-urgent", "early-heavy"]
+
+
+async def test_a_part_followed_by_a_combine_step_leads_by_the_stage_lead() -> None:
+    # A part counts as having arrived stage_lead_seconds earlier: it overtakes a heavy request that
+    # ends its document and arrived less than that before it, not one that arrived longer before.
+    requests: list[tuple[str, int, dict[str, Any]]] = [
+        ("single-early", HEAVY, {"arrived_at": 10.0}),
+        ("single", HEAVY, {"arrived_at": 16.0}),
+        ("part", HEAVY, {"arrived_at": 20.0, "follow_up": True}),
+        ("light", LIGHT, {"arrived_at": 30.0}),
+    ]
+    led = await run_in_order(make_admission(max_requests=1, stage_lead_seconds=5.0), requests)
+    assert led == ["light", "single-early", "part", "single"]
+    plain = await run_in_order(make_admission(max_requests=1), requests)
+    assert plain == ["light", "single-early", "single", "part"]
+
+
+def test_the_stage_lead_cannot_be_negative() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        AdmissionLimits(max_requests=1, max_tokens=1, stage_lead_seconds=-1.0)
 
 
 async def test_equal_keys_are_served_in_submission_order() -> None:
@@ -542,6 +569,32 @@ async def test_light_requests_also_respect_the_prefill_queue() -> None:
     for request in lights:
         await request.release()
     assert_empty(admission)
+
+
+async def test_light_requests_queue_behind_light_prefill_only_where_the_engine_schedules_by_priority() -> (
+    None
+):
+    # Heavy prefill fills the queue. A light request then waits for it, unless the engine puts light
+    # requests first (light_overtakes), where only light prompts count against the light one's queue;
+    # a heavy request counts every prompt either way.
+    for overtakes, first in ((False, ["h0", "h1"]), (True, ["h0", "h1", "l0", "l1"])):
+        admission = make_admission(prefill_tokens=2 * HEAVY, light_overtakes=overtakes)
+        log: list[str] = []
+        heavies = [heavy(admission, f"h{n}", log, arrived_at=float(n)) for n in range(3)]
+        await settle()
+        lights = [light(admission, f"l{n}", log, arrived_at=10.0 + n) for n in range(2)]
+        await settle()
+        assert log == first, overtakes
+        heavies[0].prefilled()
+        await settle()
+        assert log[:4] == ["h0", "h1", "l0", "l1"]
+        assert "h2" not in log  # h1 (1,000) and the light prompts (200) leave no room for it
+        for request in lights:
+            request.prefilled()
+        await asyncio.wait_for(heavies[2].admitted.wait(), WAIT)
+        for request in heavies + lights:
+            await request.release()
+        assert_empty(admission)
 
 
 # -- cancellation ----------------------------------------------------------------------------------

@@ -217,9 +217,11 @@ async def test_long_document_is_split_into_parts_that_cover_it_then_combined(tok
     labels = [int(label) for label in re.findall(r"\[Part (\d+)\]", combined)]
     assert labels == list(range(1, len(parts) + 1))
     assert combined.count(REPLY.strip()) == len(parts) * 20
-    # Combine steps are urgent in admission; parts are not. Every slot is the request's prompt + budget.
+    # Combine steps are urgent in admission; parts are not, but the document follows each with the
+    # combine step, which admission's stage lead needs to know. Every slot is the request's prompt + budget.
     assert admission.asked[-1] == (len(final.prompt) + 64, True)
     assert all(not urgent for _, urgent in admission.asked[:-1])
+    assert admission.follow_ups == [True] * len(parts) + [False]
     assert sorted(cost for cost, _ in admission.asked) == sorted(
         len(call.prompt) + call.max_tokens for call in engine.calls
     )
@@ -234,7 +236,8 @@ async def test_part_summaries_too_long_for_one_combine_are_combined_in_stages(to
     engine = replying_engine(
         repeats=30
     )  # about 90 tokens, cut to part_summary_tokens (64) in the combine input
-    summarizer = make_summarizer(tokenizer, engine, max_model_len=max_model_len)
+    admission = make_admission()
+    summarizer = make_summarizer(tokenizer, engine, max_model_len=max_model_len, admission=admission)
     text = long_text(80)
 
     summary = await summarizer.summarize(make_document(text))
@@ -248,6 +251,8 @@ async def test_part_summaries_too_long_for_one_combine_are_combined_in_stages(to
     assert engine.calls[-1].kind == "combine"
     assert engine.calls[-1] is combines[-1]
     assert summary.dropped_tokens == 0
+    # Every request but the final one is followed by another of the same document.
+    assert admission.follow_ups == [True] * (len(engine.calls) - 1) + [False]
     # Levels are strictly sequential: every part comes before every combine.
     kinds = [call.kind for call in engine.calls]
     assert kinds == ["part"] * len(parts) + ["combine"] * len(combines)

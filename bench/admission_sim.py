@@ -14,7 +14,11 @@ workload is ``compare.py --workload mixed``'s (70% of 500-1,500 tokens, 30% of 5
 documents over the context are cut into parts and combined). All documents arrive at once; time is
 virtual, so a run takes a second whatever the machine.
 
-    .venv/bin/python bench/admission_sim.py [--overhead 0.006] [--variant NAME:key=value,...]
+    .venv/bin/python bench/admission_sim.py [--overhead 0.006] [--max-num-batched-tokens 16384]
+        [--kv-tokens 1900000] [--variant NAME:key=value,...]
+
+A staged document's parts go to admission with ``follow_up`` (its combine step follows them), as the
+summarizer sends them.
 
 Variants take :class:`~daemon.config.AdmissionConfig` keys, as ``compare.py --variant`` does. The
 model leaves out what it cannot know (CUDA-graph effects, sampling details, the daemon's own CPU
@@ -175,9 +179,13 @@ async def _simulate(
     loop = asyncio.get_running_loop()
     submitted = asyncio.Event()
 
-    async def request(prompt: int, urgent: bool, arrived_at: float) -> None:
+    async def request(prompt: int, urgent: bool, arrived_at: float, follow_up: bool) -> None:
         async with admission.slot(
-            prompt + OUTPUT_TOKENS, urgent=urgent, arrived_at=arrived_at, prompt_tokens=prompt
+            prompt + OUTPUT_TOKENS,
+            urgent=urgent,
+            arrived_at=arrived_at,
+            prompt_tokens=prompt,
+            follow_up=follow_up,
         ) as slot:
             done = loop.create_future()
             engine.submit(_Request(prompt, OUTPUT_TOKENS, slot.prefill_done, done))
@@ -186,7 +194,8 @@ async def _simulate(
 
     async def document(stages: list[list[int]], arrived_at: float) -> float:
         for number, stage in enumerate(stages):
-            await asyncio.gather(*(request(prompt, number > 0, arrived_at) for prompt in stage))
+            follow_up = number < len(stages) - 1
+            await asyncio.gather(*(request(prompt, number > 0, arrived_at, follow_up) for prompt in stage))
         return engine.now
 
     order = sorted(range(len(documents)), key=lambda index: arrivals[index])
@@ -225,13 +234,15 @@ def run(
     *,
     arrival_seconds: float = 0.0,
     max_num_seqs: int = 256,
+    step_tokens: int = 16384,
+    kv_tokens: int = 1_900_000,
 ) -> dict[str, Any]:
     """One simulated pass of the mixed workload under ``settings``; the documents arrive in random
     order, evenly spread over ``arrival_seconds`` (0: all at once). Latencies count from arrival."""
     engine_config = EngineConfig(
-        model="sim", max_model_len=16384, max_num_seqs=max_num_seqs, max_num_batched_tokens=16384
+        model="sim", max_model_len=16384, max_num_seqs=max_num_seqs, max_num_batched_tokens=step_tokens
     )
-    engine = SimEngine(cost=cost, max_seqs=max_num_seqs)
+    engine = SimEngine(cost=cost, max_seqs=max_num_seqs, step_tokens=step_tokens, kv_tokens=kv_tokens)
     limits = admission_limits(settings, engine_config, kv_cache_tokens=engine.kv_tokens)
     clock = lambda: engine.now  # noqa: E731 - admission's clock is the engine's virtual one
     admission = admission_for(settings, limits, clock=clock)
@@ -284,11 +295,20 @@ def main() -> int:
     )
     parser.add_argument("--max-num-seqs", type=int, default=256, help="the engine's batch size")
     parser.add_argument("--tokens-per-s", type=float, default=StepCost.tokens_per_s, help="prefill rate")
+    parser.add_argument(
+        "--max-num-batched-tokens", type=int, default=16384, help="the engine's tokens per step"
+    )
+    parser.add_argument("--kv-tokens", type=int, default=1_900_000, help="the KV cache's size, in tokens")
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
     cost = StepCost(overhead=args.overhead, tokens_per_s=args.tokens_per_s)
-    shape = {"arrival_seconds": args.arrival_seconds, "max_num_seqs": args.max_num_seqs}
+    shape = {
+        "arrival_seconds": args.arrival_seconds,
+        "max_num_seqs": args.max_num_seqs,
+        "step_tokens": args.max_num_batched_tokens,
+        "kv_tokens": args.kv_tokens,
+    }
     fifo = run(AdmissionConfig(enabled=False), cost, args.count, args.seed, **shape)
     print(f"{'fifo':14s} {fifo}")
     report: dict[str, Any] = {
@@ -297,6 +317,8 @@ def main() -> int:
         "seed": args.seed,
         "arrival_seconds": args.arrival_seconds,
         "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+        "kv_tokens": args.kv_tokens,
         "fifo": fifo,
     }
     for name, settings in [("default", {}), *map(_variant, args.variant)]:

@@ -17,9 +17,9 @@ front of the engine and decides what vLLM holds, in five rules:
    where a request that its document follows with another (a part before its combine step,
    ``follow_up``) counts as having arrived ``stage_lead_seconds`` earlier: the last requests of a
    backlog are then ones that end their documents, not parts whose combine steps would decode
-   alone after everything else (the tail that cost admission 2-4% of FIFO's throughput on the H200,
-   bench/RESULTS.md), and a document in stages starts about one request's time sooner than its
-   neighbours, which it needs to end with them.
+   alone after everything else, and a document in stages starts about one request's time sooner
+   than its neighbours, which it needs to end with them (on the H200, a 400-document backlog took
+   about 60 fewer decode-only steps, 0.3% of its time: bench/RESULTS.md).
 3. **A short prefill queue.** A request is admitted only while the prompt tokens the engine holds
    but has not prefilled yet stay within ``prefill_tokens`` (by default four engine steps),
    counting the new one; the engine reports when a request's prefill is done

@@ -419,10 +419,6 @@ class FolderSource(Lifecycle):
 
     # -- settling --------------------------------------------------------------------------------
 
-    async def _next_ready(self) -> str | None:
-        names = await self._next_ready_batch(1)
-        return names[0] if names else None
-
     async def _next_ready_batch(self, limit: int) -> list[str]:
         """Up to ``limit`` settled names, oldest first (a rescan or a settling pass first when due)."""
         if time.monotonic() - self._last_scan >= self.config.rescan_seconds:
@@ -485,11 +481,6 @@ class FolderSource(Lifecycle):
         return self.config.rescan_seconds
 
     # -- claiming --------------------------------------------------------------------------------
-
-    async def _claim(self, name: str) -> Claim | None:
-        """Move ``name`` into the work folder; the claim, or None if it is gone or cannot be moved."""
-        claims = await self._claim_all([name])
-        return claims[0] if claims else None
 
     async def _claim_all(self, names: list[str]) -> list[Claim]:
         """Move ``names`` into the work folder in one trip to the I/O threads; the claims, in order,

@@ -227,14 +227,14 @@ async def test_growing_file_is_handed_out_only_after_settle_seconds(
     _write_at(path, b"part one\n", clock)  # mtime == now: a fresh file
 
     await source._scan()
-    assert await source._next_ready() is None
+    assert await source._next_ready_batch(1) == []
     clock.advance(0.6)
     _write_at(path, b"part two\n", clock, append=True)  # still growing
-    assert await source._next_ready() is None
+    assert await source._next_ready_batch(1) == []
     clock.advance(0.9)  # 0.9 s since the last change: not yet
-    assert await source._next_ready() is None
+    assert await source._next_ready_batch(1) == []
     clock.advance(0.2)  # 1.1 s since the last change
-    assert await source._next_ready() == "grow.txt"
+    assert await source._next_ready_batch(1) == ["grow.txt"]
     assert source.backlog == 0
 
 
@@ -248,7 +248,7 @@ async def test_old_file_is_ready_at_first_look(tmp_path: Path, monkeypatch: pyte
     _write_at(config.inbox / "old.txt", b"text\n", clock)
     clock.advance(5.0)  # written five seconds before the source first sees it
     await source._scan()
-    assert await source._next_ready() == "old.txt"
+    assert await source._next_ready_batch(1) == ["old.txt"]
 
 
 async def test_growing_file_waits_settle_seconds_after_its_last_write(tmp_path: Path) -> None:
@@ -284,7 +284,7 @@ async def test_file_removed_while_settling_is_forgotten(tmp_path: Path) -> None:
     await source._scan()
     assert source.backlog == 1
     path.unlink()
-    assert await source._next_ready() is None
+    assert await source._next_ready_batch(1) == []
     assert source.backlog == 0
     path.write_text("again\n")  # the same name may come back and must be seen again
     await source._scan()
@@ -381,10 +381,10 @@ async def test_rescans_do_not_hand_out_a_file_twice(tmp_path: Path) -> None:
     source = make_source(config)
     await source.open_folders()
     await source._scan()
-    assert await source._next_ready() == "a.txt"
+    assert await source._next_ready_batch(1) == ["a.txt"]
     await source._scan()
     await source._scan()
-    assert await source._next_ready() is None
+    assert await source._next_ready_batch(1) == []
     assert source.backlog == 0
 
 

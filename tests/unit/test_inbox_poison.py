@@ -109,11 +109,11 @@ def all_output_bytes(tmp_path: Path) -> bytes:
 async def claim_swapped(source: FolderSource, name: str, swap: object) -> WorkItem:
     """Let ``name`` settle as a regular file, run ``swap()`` (the attacker), then claim it."""
     await source._scan()
-    assert await source._next_ready() == name
+    assert await source._next_ready_batch(1) == [name]
     swap()  # type: ignore[operator]
-    claim = await source._claim(name)
-    assert claim is not None
-    return source._work_item(claim)
+    claims = await source._claim_all([name])
+    assert len(claims) == 1
+    return source._work_item(claims[0])
 
 
 # -- what is read is what is acknowledged ---------------------------------------------------------

@@ -351,6 +351,14 @@ class AdmissionConfig(_Section):
         description="Prompt tokens admitted but not yet prefilled by the engine, at most, when a "
         "request is admitted (a request alone always fits); defaults to 4 x engine.max_num_batched_tokens.",
     )
+    heavy_queue_beside_light_tokens: int | None = Field(
+        default=None,
+        ge=0,
+        description="While light requests in the engine are not yet prefilled, a heavy request is "
+        "admitted only while the engine's prefill queue, counting it, stays within this many tokens: "
+        "light requests that follow them then wait behind less long-document prefill; defaults to "
+        "engine.max_num_batched_tokens, one engine step (0: prefill_queue_tokens, as for any request).",
+    )
     wave_min_requests: int | None = Field(
         default=None,
         ge=1,

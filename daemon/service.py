@@ -37,6 +37,7 @@ from daemon.ops.logging import get_logger
 from daemon.ops.metrics import ENGINE_STARTING, ENGINE_UP, INFLIGHT, QUEUED, READY, MetricsServer
 from daemon.ops.notify import SystemdNotifier
 from daemon.pipeline import OK, DocumentPipeline, OnFinished
+from daemon.summary.chunking import prepare_tokenizer
 from daemon.summary.profiles import Profiles, build_profiles
 from daemon.summary.prompts import ChatTokenizer
 from daemon.summary.summarizer import Summarizer
@@ -234,6 +235,7 @@ class Service:
             tokenizer = self._tokenizer
         else:
             tokenizer = await asyncio.to_thread(load_tokenizer, self.config.engine)
+        await asyncio.to_thread(prepare_tokenizer, tokenizer)
         profiles = self._profiles or build_profiles(self.config, tokenizer)
         for profile in profiles:
             log.info(

@@ -40,6 +40,7 @@ id, character offsets and cut points in arrays of machine integers.
 from __future__ import annotations
 
 import bisect
+import contextlib
 import copy
 import math
 import re
@@ -80,14 +81,25 @@ _SAFE_CUT: Final = re.compile(r"(?<=\S)[ \n](?=\S)")
 
 @dataclass(frozen=True, slots=True)
 class TokenizedText:
-    """A text with its token ids and the character offset where each token starts."""
+    """A text with its token ids and the character offset where each token starts.
+
+    ``offsets`` is None for a text tokenized without them (:func:`tokenize_text`'s
+    ``offsets_beyond``): one that is never cut, so whose characters are never mapped to tokens.
+    """
 
     text: str
     ids: list[int]
-    starts: Sequence[int]
+    offsets: Sequence[int] | None
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    @property
+    def starts(self) -> Sequence[int]:
+        """The character offset where each token starts (non-decreasing)."""
+        if self.offsets is None:
+            raise ValueError("this text was tokenized without character offsets (offsets_beyond)")
+        return self.offsets
 
     def char_at(self, index: int) -> int:
         """Character offset of the start of token ``index`` (0 at the start, len(text) at the end)."""
@@ -98,27 +110,53 @@ class TokenizedText:
         return self.starts[index]
 
 
-def tokenize_text(tokenizer: Any, text: str) -> TokenizedText:
+def tokenize_text(tokenizer: Any, text: str, *, offsets_beyond: int = 0) -> TokenizedText:
     """Tokenize ``text`` as document content with offsets (special-token strings are plain text here).
 
     Needs a fast (Rust) tokenizer, as every model vLLM serves has; about 0.6 s per MB. Long texts go
     in segments, so memory stays near what is kept (see the module's doc).
+
+    ``offsets_beyond``: character offsets are kept only for a text of more tokens than this (one its
+    caller may cut). Reading a token's offsets is most of the per-token work done under the
+    interpreter lock, which a backlog's documents share while their encoding runs in parallel
+    threads; a text that fits one request never needs them.
     """
     backend = content_backend(tokenizer)
     ids: list[int] = []
-    starts = array("I" if len(text) < 1 << 32 else "Q")
+    starts: array[int] | None = None
+    unread: list[tuple[int, Any]] = []  # encoded segments whose offsets are not read yet
     shared: dict[int, int] = {}  # one int object per distinct id: a list then costs a pointer a token
     begin = 0
     for end in _segment_ends(text, SEGMENT_CHARS):
         (encoding,) = backend.encode_batch([text[begin:end]], add_special_tokens=False)
-        ids += [shared.setdefault(token, token) for token in encoding.ids]
-        floor = starts[-1] if starts else 0
-        for start, _ in encoding.offsets:
-            # Byte-level tokens of one multi-byte character can share or repeat offsets; cuts need order.
-            floor = max(floor, begin + start)
-            starts.append(floor)
+        new_ids = encoding.ids
+        ids += map(shared.setdefault, new_ids, new_ids)
+        unread.append((begin, encoding))
+        if len(ids) > offsets_beyond:
+            if starts is None:
+                starts = array("I" if len(text) < 1 << 32 else "Q")
+            for segment_begin, segment in unread:
+                _append_starts(starts, segment_begin, segment.offsets)
+            unread.clear()
         begin = end
-    return TokenizedText(text=text, ids=ids, starts=starts)
+    return TokenizedText(text=text, ids=ids, offsets=starts)
+
+
+def _append_starts(starts: array[int], begin: int, offsets: list[tuple[int, int]]) -> None:
+    """Append the text offsets where a segment's tokens start; the segment starts at ``begin``."""
+    floor = starts[-1] if starts else 0
+    for start, _ in offsets:
+        # Byte-level tokens of one multi-byte character can share or repeat offsets; cuts need order.
+        floor = max(floor, begin + start)
+        starts.append(floor)
+
+
+def prepare_tokenizer(tokenizer: Any) -> None:
+    """Make :func:`content_backend`'s copy of ``tokenizer``'s backend now, if it has one: the copy
+    takes 0.1-0.2 s for a vocabulary of 150,000 tokens, which the first document tokenized would
+    otherwise wait for, and every document tokenized beside it too (they wait for its lock)."""
+    with contextlib.suppress(TypeError):  # not a fast tokenizer: tokenize_text says so when used
+        content_backend(tokenizer)
 
 
 _BACKENDS: Final[weakref.WeakKeyDictionary[Any, Any]] = weakref.WeakKeyDictionary()

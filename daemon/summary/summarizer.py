@@ -284,12 +284,13 @@ class Summarizer:
         ``arrived_at`` (``time.monotonic()``) orders its requests in admission; defaults to now.
         """
         plan = self.plan(options, profile)
+        room = plan.profile.budget.room(PromptKind.DOCUMENT, plan.style, plan.max_tokens)
         # Tokenizing a long document takes a while (about 0.6 s per MB): keep it off the event loop.
-        tokens = await asyncio.to_thread(tokenize_text, self.tokenizer, document.text)
+        # Only a document that does not fit one request is cut, so only its offsets are read.
+        tokens = await asyncio.to_thread(tokenize_text, self.tokenizer, document.text, offsets_beyond=room)
         run = _DocumentRun(
             self, document, plan.profile, time.monotonic() if arrived_at is None else arrived_at
         )
-        room = plan.profile.budget.room(PromptKind.DOCUMENT, plan.style, plan.max_tokens)
         if len(tokens) <= room:
             final = await run.finish(PromptKind.DOCUMENT, tokens.ids, plan=plan)
             return run.summary(

@@ -151,6 +151,7 @@ def test_limits_must_be_positive() -> None:
         {"max_requests": 0},
         {"max_tokens": 0},
         {"prefill_tokens": 0},
+        {"heavy_beside_light_tokens": 0},
         {"wave_min_requests": 0},
         {"wave_max_requests": 0},
         {"light_prompt_tokens": -1},
@@ -168,6 +169,7 @@ def test_limits_are_derived_from_the_engine() -> None:
         max_tokens=1_900_000,
         light_prompt_tokens=2048,
         prefill_tokens=65536,
+        heavy_beside_light_tokens=16384,
         wave_min_requests=64,
         wave_max_requests=None,
         aging_seconds=30.0,
@@ -179,6 +181,7 @@ def test_limits_are_derived_from_the_engine() -> None:
         max_inflight_tokens=4096,
         light_prompt_tokens=0,
         prefill_queue_tokens=1000,
+        heavy_queue_beside_light_tokens=500,
         wave_min_requests=3,
         wave_max_requests=5,
         aging_seconds=2.0,
@@ -190,6 +193,7 @@ def test_limits_are_derived_from_the_engine() -> None:
         max_tokens=4096,
         light_prompt_tokens=0,
         prefill_tokens=1000,
+        heavy_beside_light_tokens=500,
         wave_min_requests=3,
         wave_max_requests=5,
         aging_seconds=2.0,
@@ -198,6 +202,8 @@ def test_limits_are_derived_from_the_engine() -> None:
     )
     unknown_cache = admission_limits(AdmissionConfig(), engine, kv_cache_tokens=None)
     assert unknown_cache.max_tokens == 32 * 16384
+    no_short_queue = AdmissionConfig(heavy_queue_beside_light_tokens=0)
+    assert admission_limits(no_short_queue, engine, kv_cache_tokens=None).heavy_beside_light_tokens > 65536
 
 
 def test_the_config_picks_ordered_admission_or_fifo_once() -> None:
@@ -554,6 +560,31 @@ async def test_an_aged_heavy_request_enters_beside_a_decoding_wave_without_any_o
     clock.now = 1.0  # time passes; nothing else happens: the aging timer wakes the queue
     await asyncio.wait_for(starving.admitted.wait(), WAIT)
     for request in (*wave, starving):
+        await request.release()
+    assert_empty(admission)
+
+
+async def test_heavy_requests_join_only_a_short_queue_while_light_requests_prefill() -> None:
+    # The queue holds four heavy prompts, but beside a light prompt still to prefill, only one more.
+    admission = make_admission(prefill_tokens=4 * HEAVY, heavy_beside_light_tokens=HEAVY + LIGHT)
+    log: list[str] = []
+    first_light = light(admission, "l0", log, arrived_at=0.0)
+    await settle()
+    heavies = [heavy(admission, f"h{n}", log, arrived_at=1.0 + n) for n in range(3)]
+    await settle()
+    assert log == ["l0", "h0"]
+    assert (admission.unprefilled_tokens, admission.waiting) == (HEAVY + LIGHT, 2)
+    second_light = light(admission, "l1", log, arrived_at=5.0)  # a light one still fits the full queue
+    await settle()
+    assert log == ["l0", "h0", "l1"]
+    first_light.prefilled()
+    await settle()
+    assert log == ["l0", "h0", "l1"]  # l1 still prefills: the heavy ones keep waiting
+    second_light.prefilled()
+    await asyncio.wait_for(heavies[2].admitted.wait(), WAIT)
+    assert log == ["l0", "h0", "l1", "h1", "h2"]  # no light prompt to prefill: the whole queue
+    assert admission.unprefilled_tokens == 3 * HEAVY
+    for request in (first_light, second_light, *heavies):
         await request.release()
     assert_empty(admission)
 

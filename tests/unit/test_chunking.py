@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 from daemon.summary.chunking import (
     Chunk,
     TokenizedText,
+    content_backend,
     head_tail_ids,
+    prepare_tokenizer,
     split_into_chunks,
     tokenize_text,
 )
@@ -195,6 +197,31 @@ def test_tokenize_text_gives_what_the_tokenizer_gives_with_special_tokens_split(
     assert tokens.ids == expected["input_ids"]
     floors = list(itertools.accumulate((start for start, _ in expected["offset_mapping"]), max))
     assert list(tokens.starts) == floors
+
+
+def test_offsets_are_read_only_for_a_text_longer_than_offsets_beyond(tokenizer: Any) -> None:
+    text = "Héllo wörld, ünïcode — «quotes» and 漢字 too.\n\n" * 3000  # several segments
+    full = tokenize_text(tokenizer, text)
+    fits = tokenize_text(tokenizer, text, offsets_beyond=len(full))
+    assert fits.ids == full.ids
+    assert fits.offsets is None
+    with pytest.raises(ValueError, match="without character offsets"):
+        fits.char_at(1)
+    # One token more than allowed: every segment's offsets, those read before the count was known too.
+    cut = tokenize_text(tokenizer, text, offsets_beyond=len(full) - 1)
+    assert cut.ids == full.ids
+    assert list(cut.starts) == list(full.starts)
+    early = tokenize_text(tokenizer, text, offsets_beyond=len(full) // 3)
+    assert list(early.starts) == list(full.starts)
+
+
+def test_prepare_tokenizer_copies_the_backend_once_and_passes_over_a_slow_one(tokenizer: Any) -> None:
+    class Slow:
+        is_fast = False
+
+    prepare_tokenizer(Slow())  # tokenize_text refuses it when it is used, not before
+    prepare_tokenizer(tokenizer)
+    assert content_backend(tokenizer) is content_backend(tokenizer)
 
 
 def test_bad_budget_and_overlap_are_refused(tokenizer: Any) -> None:

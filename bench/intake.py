@@ -13,7 +13,13 @@ service was ready. Baseline in the same process: the same documents tokenized on
 1 means the intake overlaps its work (threads); below 1, something else serializes it.
 
     .venv/bin/python bench/intake.py --config bench/configs/h200-qwen7b-dummy-fp8-seqs384.toml \
-        --docs .gpu/docs --count 400 --json bench/results/intake_cpu.json [--repeat 3]
+        --docs .gpu/docs --count 400 --json bench/results/intake_cpu.json [--repeat 3] [--hold]
+
+``--hold`` keeps every request in the engine until the whole backlog has reached it, as a real
+engine does for seconds: the results are then written after the intake, not in the middle of it
+(where their writing takes the same threads and lock). Each pass also reports the light documents
+(first request of at most 2,048 prompt tokens) apart: when the first one reached the engine, their
+median, and how many were in within a second.
 
 The instant engine is a benchmark's tool, not a test double standing in for vLLM in a test: nothing
 here checks summaries.

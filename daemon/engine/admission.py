@@ -31,9 +31,10 @@ front of the engine and decides what vLLM holds, in five rules:
    one after another), and vLLM prefills in the order it received, so each heavy request admitted
    between two light ones delays every later light request by its prefill. At the start of a
    backlog the first light requests otherwise found the queue filled with three or four steps of
-   long documents (the first ones read) before the rest of the short ones arrived; the model gives
-   0.6-0.9 s less short-document latency there, at no cost in throughput, and 0.3% less throughput
-   in a stream that keeps the engine busy (bench/RESULTS.md). Where vLLM schedules by priority
+   long documents (the first ones read) before the rest of the short ones arrived. On the H200 the
+   one-step queue took the short documents' median from 0.240-0.264x of FIFO's to 0.223-0.247x, at
+   0-0.4% of throughput; the model gives 0.2-0.4% less throughput in a stream that keeps the engine
+   busy (bench/RESULTS.md). Where vLLM schedules by priority
    (``[engine.extra] scheduling_policy = "priority"``, ``light_overtakes``), a heavy request that
    is not aged goes in with a lower priority (:attr:`SlotHandle.priority`), so light requests
    admitted after it still go first among what waits there, and a light request's prefill queue

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import sys
+import threading
 from typing import Any, Literal, cast
 
 import structlog
@@ -37,7 +38,9 @@ def configure_logging(
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(_LEVELS[level]),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write per line (print() writes the newline apart): a line is never split by text that
+        # another thread writes to stderr at the same moment, so every line stays valid JSON.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
     # Route the standard library's records (vLLM, aiohttp, transformers) through the same renderer.
@@ -57,6 +60,19 @@ def configure_logging(
     vllm_logger.propagate = True
     for noisy in ("aiohttp.access", "httpx", "filelock", "watchfiles"):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    threading.excepthook = _log_thread_exception
+
+
+def _log_thread_exception(args: threading.ExceptHookArgs) -> None:
+    """A thread's uncaught exception (ours or a library's, e.g. vLLM's engine monitor) as one log
+    record, not Python's default traceback text written to stderr in pieces between log lines."""
+    if issubclass(args.exc_type, SystemExit):
+        return  # as the default hook: a thread that exits quietly
+    get_logger("daemon.threads").error(
+        "uncaught exception in a thread",
+        thread=args.thread.name if args.thread is not None else None,
+        exc_info=(args.exc_type, args.exc_value, args.exc_traceback),
+    )
 
 
 def get_logger(name: str) -> structlog.stdlib.BoundLogger:

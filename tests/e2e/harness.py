@@ -224,6 +224,7 @@ class DaemonProcess:
             [sys.executable, "-m", "daemon", "run", "--config", str(self.layout.config)],
             cwd=self.layout.root,
             env=env,
+            stdin=subprocess.DEVNULL,  # as under systemd
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,  # own process group: the test can clean up everything it started

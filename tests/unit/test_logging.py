@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 
 import pytest
 import structlog
@@ -14,9 +15,11 @@ from daemon.ops.logging import configure_logging, get_logger
 @pytest.fixture(autouse=True)
 def _restore_logging() -> object:
     root_handlers = logging.getLogger().handlers[:]
+    hook = threading.excepthook
     yield None
     structlog.reset_defaults()
     logging.getLogger().handlers[:] = root_handlers
+    threading.excepthook = hook
 
 
 def test_logger_made_before_configuration_logs_json_to_stderr(capsys: pytest.CaptureFixture[str]) -> None:
@@ -43,3 +46,26 @@ def test_standard_library_records_share_the_renderer(capsys: pytest.CaptureFixtu
         "vllm.engine",
         "warning",
     )
+
+
+def test_a_threads_uncaught_exception_is_one_json_record(capsys: pytest.CaptureFixture[str]) -> None:
+    configure_logging("info", "json")
+
+    def fail() -> None:
+        raise OSError(22, "Invalid argument")
+
+    thread = threading.Thread(target=fail, name="EngineMonitor")
+    thread.start()
+    thread.join()
+    quiet = threading.Thread(target=lambda: (_ for _ in ()).throw(SystemExit()), name="Quiet")
+    quiet.start()
+    quiet.join()
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1, lines  # the traceback is inside the record, SystemExit is silent
+    record = json.loads(lines[0])
+    assert (record["event"], record["thread"], record["level"]) == (
+        "uncaught exception in a thread",
+        "EngineMonitor",
+        "error",
+    )
+    assert "OSError: [Errno 22] Invalid argument" in record["exception"]

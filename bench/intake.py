@@ -18,8 +18,8 @@ service was ready. Baseline in the same process: the same documents tokenized on
 ``--hold`` keeps every request in the engine until the whole backlog has reached it, as a real
 engine does for seconds: the results are then written after the intake, not in the middle of it
 (where their writing takes the same threads and lock). Each pass also reports the light documents
-(first request of at most 2,048 prompt tokens) apart: when the first one reached the engine, their
-median, and how many were in within a second.
+(whose first request admission counts as light under the config) apart: when the first one reached
+the engine, their median, and how many were in within a second.
 
 The instant engine is a benchmark's tool, not a test double standing in for vLLM in a test: nothing
 here checks summaries.
@@ -47,6 +47,7 @@ from bench.compare import _mixed, folder_pass_config  # noqa: E402
 from daemon.cli import prepare_process  # noqa: E402
 from daemon.config import Config, load_config  # noqa: E402
 from daemon.contracts import Generation, Sampling  # noqa: E402
+from daemon.engine.admission import admission_limits  # noqa: E402
 from daemon.engine.vllm_engine import load_tokenizer  # noqa: E402
 from daemon.records import parse_request_id  # noqa: E402
 from daemon.summary.chunking import tokenize_text  # noqa: E402
@@ -118,9 +119,6 @@ class InstantEngine:
         )
 
 
-LIGHT_PROMPT_TOKENS = 2048  # admission's default light threshold with 16,384-token engine steps
-
-
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
@@ -155,14 +153,18 @@ async def _intake_pass(
     await task
     waiter.cancel()
     reached = {doc: at - ready for doc, at in engine.first_request_at.items()}
-    light = [at for doc, at in reached.items() if engine.first_prompt_tokens[doc] <= LIGHT_PROMPT_TOKENS]
+    times = list(reached.values())
+    light_tokens = admission_limits(
+        run_config.admission, run_config.engine, kv_cache_tokens=engine.kv_cache_tokens
+    ).light_prompt_tokens
+    light = [at for doc, at in reached.items() if engine.first_prompt_tokens[doc] <= light_tokens]
     return {
         "docs_reached_engine": len(reached),
         "outcomes_ok": finished.count("ok"),
-        "intake_s": round(max(reached.values()), 3),
-        "p50_s": round(_percentile(list(reached.values()), 0.5), 3),
-        "p90_s": round(_percentile(list(reached.values()), 0.9), 3),
-        "docs_per_s": round(len(reached) / max(reached.values()), 1),
+        "intake_s": round(max(times), 3),
+        "p50_s": round(_percentile(times, 0.5), 3),
+        "p90_s": round(_percentile(times, 0.9), 3),
+        "docs_per_s": round(len(reached) / max(times), 1),
         "light": {
             "docs": len(light),
             "first_s": round(min(light), 3),

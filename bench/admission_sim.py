@@ -92,7 +92,10 @@ class SimEngine:
     max_seqs: int = 256
     kv_tokens: int = 1_900_000
     cost: StepCost = field(default_factory=StepCost)
-    async_scheduling: bool = True
+    lag_steps: int = 2
+    """The first step a request submitted now can run in, counted from the next: 2 with async
+    scheduling (vLLM has planned the next step already), 1 without; 3 where the daemon learns of a
+    step's outputs only after the engine has planned the step after next."""
     now: float = 0.0
     steps: int = 0
     running: list[_Request] = field(default_factory=list)
@@ -101,9 +104,9 @@ class SimEngine:
     kv_used: int = 0
 
     def submit(self, request: _Request) -> None:
-        """A new request goes to the back of vLLM's waiting queue (with async scheduling, vLLM has
-        planned the next step already: the request can first run in the one after)."""
-        self.incoming.append((self.steps + (2 if self.async_scheduling else 1), request))
+        """A new request goes to the back of vLLM's waiting queue, to run ``lag_steps`` from now at
+        the earliest."""
+        self.incoming.append((self.steps + self.lag_steps, request))
 
     @property
     def busy(self) -> bool:
@@ -244,13 +247,16 @@ def run(
     max_num_seqs: int = 256,
     step_tokens: int = 16384,
     kv_tokens: int = 1_900_000,
+    lag_steps: int = 2,
 ) -> dict[str, Any]:
     """One simulated pass of the mixed workload under ``settings``; the documents arrive in random
     order, evenly spread over ``arrival_seconds`` (0: all at once). Latencies count from arrival."""
     engine_config = EngineConfig(
         model="sim", max_model_len=16384, max_num_seqs=max_num_seqs, max_num_batched_tokens=step_tokens
     )
-    engine = SimEngine(cost=cost, max_seqs=max_num_seqs, step_tokens=step_tokens, kv_tokens=kv_tokens)
+    engine = SimEngine(
+        cost=cost, max_seqs=max_num_seqs, step_tokens=step_tokens, kv_tokens=kv_tokens, lag_steps=lag_steps
+    )
     limits = admission_limits(settings, engine_config, kv_cache_tokens=engine.kv_tokens)
     clock = lambda: engine.now  # noqa: E731 - admission's clock is the engine's virtual one
     admission = admission_for(settings, limits, clock=clock)
@@ -319,6 +325,12 @@ def main() -> int:
         "--max-num-batched-tokens", type=int, default=16384, help="the engine's tokens per step"
     )
     parser.add_argument("--kv-tokens", type=int, default=1_900_000, help="the KV cache's size, in tokens")
+    parser.add_argument(
+        "--lag-steps",
+        type=int,
+        default=2,
+        help="steps from a request's submission to the first step it can run in (2: async scheduling)",
+    )
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
@@ -333,6 +345,7 @@ def main() -> int:
         "max_num_seqs": args.max_num_seqs,
         "step_tokens": args.max_num_batched_tokens,
         "kv_tokens": args.kv_tokens,
+        "lag_steps": args.lag_steps,
     }
     fifo = run(AdmissionConfig(enabled=False), cost, args.count, args.seed, **shape)
     print(f"{'fifo':14s} {fifo}")
@@ -344,6 +357,7 @@ def main() -> int:
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "kv_tokens": args.kv_tokens,
+        "lag_steps": args.lag_steps,
         "fifo": fifo,
     }
     for name, settings in [("default", {}), *map(_variant, args.variant)]:

@@ -16,9 +16,14 @@ Per pass:
 * ``tail_seconds``: from the last full prefill step to the last step (what the run's last
   documents' decoding, and staged documents' combine steps, add after the prefill is done);
 * ``stalls``: steps that took over ``--stall`` seconds (a one-time kernel compilation shows as a
-  step of several seconds in the first pass that reaches a new batch shape).
+  step of several seconds in the first pass that reaches a new batch shape);
+* ``short_prefill_steps``: prefill steps before the last full one whose token budget was not full
+  (the engine's prefill queue ran dry), and the budget tokens they left unused;
+* ``decode_runs``: runs of at least ``--run`` decode-only steps in a row (a light wave decoding
+  alone, a batch full of decoding requests, the end's tail), with the requests decoding at their
+  first and last step.
 
-    .venv/bin/python bench/steps.py LOG [LOG...] [--json FILE] [--budget 16384] [--stall 1.0]
+    .venv/bin/python bench/steps.py LOG [LOG...] [--json FILE] [--budget 16384] [--stall 1.0] [--run 20]
 """
 
 from __future__ import annotations
@@ -81,7 +86,49 @@ def read_passes(path: Path) -> list[tuple[str, list[Step]]]:
     return list(zip(labels, passes, strict=False))
 
 
-def summarize(steps: list[Step], *, budget: int, stall: float) -> dict[str, Any]:
+def short_prefill_steps(steps: list[Step], *, budget: int) -> dict[str, int]:
+    """Prefill steps before the pass's last full one that left part of the token budget unused."""
+    full = [index for index, step in enumerate(steps) if _is_full(step, budget)]
+    short = [
+        step
+        for step in steps[: full[-1] if full else 0]
+        if step.prompt_tokens > 0 and not _is_full(step, budget)
+    ]
+    return {"steps": len(short), "unused_tokens": sum(budget - s.prompt_tokens - s.decoding for s in short)}
+
+
+def decode_runs(steps: list[Step], *, least: int) -> list[dict[str, float]]:
+    """Runs of at least ``least`` decode-only steps in a row: where each starts (seconds into the
+    pass), its steps, its seconds (to the step after it) and the requests decoding at its ends."""
+    runs: list[dict[str, float]] = []
+    start = 0
+    while start < len(steps):
+        if steps[start].prompt_tokens:
+            start += 1
+            continue
+        end = start
+        while end < len(steps) and not steps[end].prompt_tokens:
+            end += 1
+        if end - start >= least:
+            until = steps[min(end, len(steps) - 1)].at
+            runs.append(
+                {
+                    "at_s": round(steps[start].at - steps[0].at, 2),
+                    "steps": end - start,
+                    "seconds": round(until - steps[start].at, 2),
+                    "decoding_first": steps[start].decoding,
+                    "decoding_last": steps[end - 1].decoding,
+                }
+            )
+        start = end
+    return runs
+
+
+def _is_full(step: Step, budget: int) -> bool:
+    return step.prompt_tokens > 0 and step.prompt_tokens + step.decoding >= FULL_SHARE * budget
+
+
+def summarize(steps: list[Step], *, budget: int, stall: float, run: int = 20) -> dict[str, Any]:
     """The pass's figures (see the module's doc); a step's duration is the gap before its line."""
     figures: dict[str, float] = dict.fromkeys(
         ("prefill_s", "prefill_tokens", "full_s", "full_steps", "decode_s", "prefill_steps"), 0.0
@@ -104,7 +151,7 @@ def summarize(steps: list[Step], *, budget: int, stall: float) -> dict[str, Any]
         figures["prefill_steps"] += 1
         figures["prefill_s"] += seconds
         figures["prefill_tokens"] += step.prompt_tokens
-        if step.prompt_tokens + step.decoding >= FULL_SHARE * budget:
+        if _is_full(step, budget):
             figures["full_steps"] += 1
             figures["full_s"] += seconds
             last_full = step.at
@@ -120,6 +167,8 @@ def summarize(steps: list[Step], *, budget: int, stall: float) -> dict[str, Any]
         "last_full_prefill_s": round(last_full - steps[0].at, 2),
         "tail_seconds": round(steps[-1].at - last_full, 2),
         "stalls": stalls,
+        "short_prefill_steps": short_prefill_steps(steps, budget=budget),
+        "decode_runs": decode_runs(steps, least=run),
     }
 
 
@@ -130,6 +179,7 @@ def main() -> int:
     parser.add_argument("logs", type=Path, nargs="+", help="compare.py logs (.log or .log.gz)")
     parser.add_argument("--budget", type=int, default=16384, help="the engine's max_num_batched_tokens")
     parser.add_argument("--stall", type=float, default=1.0, help="a step longer than this is a stall")
+    parser.add_argument("--run", type=int, default=20, help="decode-only steps in a row that make a run")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     report: dict[str, Any] = {"benchmark": "bench/steps.py", "budget": args.budget, "logs": {}}
@@ -138,7 +188,7 @@ def main() -> int:
         for label, steps in read_passes(path):
             if len(steps) < 2:
                 continue
-            passes[label] = summarize(steps, budget=args.budget, stall=args.stall)
+            passes[label] = summarize(steps, budget=args.budget, stall=args.stall, run=args.run)
             print(f"{path.name} {label}: {json.dumps(passes[label])}")
         report["logs"][path.name] = passes
     if args.json is not None:

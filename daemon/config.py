@@ -349,7 +349,7 @@ class AdmissionConfig(_Section):
         default=None,
         ge=1,
         description="Prompt tokens admitted but not yet prefilled by the engine, at most, when a "
-        "request is admitted (a request alone always fits); defaults to 4 x engine.max_num_batched_tokens.",
+        "request is admitted (a request alone always fits); defaults to 6 x engine.max_num_batched_tokens.",
     )
     heavy_queue_beside_light_tokens: int | None = Field(
         default=None,

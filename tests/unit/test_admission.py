@@ -168,7 +168,7 @@ def test_limits_are_derived_from_the_engine() -> None:
         max_requests=256,
         max_tokens=1_900_000,
         light_prompt_tokens=2048,
-        prefill_tokens=65536,
+        prefill_tokens=98304,
         heavy_beside_light_tokens=16384,
         wave_min_requests=64,
         wave_max_requests=None,
@@ -203,7 +203,7 @@ def test_limits_are_derived_from_the_engine() -> None:
     unknown_cache = admission_limits(AdmissionConfig(), engine, kv_cache_tokens=None)
     assert unknown_cache.max_tokens == 32 * 16384
     no_short_queue = AdmissionConfig(heavy_queue_beside_light_tokens=0)
-    assert admission_limits(no_short_queue, engine, kv_cache_tokens=None).heavy_beside_light_tokens > 65536
+    assert admission_limits(no_short_queue, engine, kv_cache_tokens=None).heavy_beside_light_tokens > 98304
 
 
 def test_the_config_picks_ordered_admission_or_fifo_once() -> None:

@@ -7,7 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
-from bench.steps import read_passes, summarize
+from bench.steps import Step, decode_runs, read_passes, short_prefill_steps, summarize
 
 BUDGET = 1000
 
@@ -68,3 +68,25 @@ def test_a_pass_splits_into_prefill_decode_only_tail_and_stalls(tmp_path: Path) 
     assert figures["last_full_prefill_s"] == 0.3
     assert figures["tail_seconds"] == 2.7
     assert figures["stalls"] == [{"at_s": 2.8, "seconds": 2.5, "decoding": 5}]
+
+
+def test_short_prefill_steps_count_only_those_before_the_last_full_one() -> None:
+    steps = [
+        Step(0.0, 990, 5),  # full
+        Step(0.3, 600, 10),  # short: 390 tokens of the budget unused
+        Step(0.5, 985, 10),  # full, the last one
+        Step(0.8, 300, 10),  # after the last full step: the end's combine steps, not counted
+        Step(0.9, 0, 10),
+    ]
+    assert short_prefill_steps(steps, budget=BUDGET) == {"steps": 1, "unused_tokens": 390}
+    assert short_prefill_steps(steps[3:], budget=BUDGET) == {"steps": 0, "unused_tokens": 0}
+
+
+def test_decode_runs_are_the_long_stretches_of_decode_only_steps() -> None:
+    steps = [Step(0.0, 990, 3)]
+    steps += [Step(0.1 + 0.01 * index, 0, 3 - index // 2) for index in range(5)]  # a run of 5
+    steps += [Step(0.2, 500, 1), Step(0.3, 0, 1), Step(0.31, 0, 1), Step(0.35, 800, 0)]  # a run of 2
+    runs = decode_runs(steps, least=3)
+    assert runs == [{"at_s": 0.1, "steps": 5, "seconds": 0.1, "decoding_first": 3, "decoding_last": 1}]
+    assert len(decode_runs(steps, least=2)) == 2
+    assert summarize(steps, budget=BUDGET, stall=1.0, run=3)["decode_runs"] == runs

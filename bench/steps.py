@@ -23,6 +23,11 @@ Per pass:
   alone, a batch full of decoding requests, the end's tail), with the requests decoding at their
   first and last step.
 
+Over every pass but the warm-ups of all the logs given, ``prefill_step_fit``: a least-squares fit
+of what a prefill step costs, over windows of four consecutive steps that all prefill at least
+2,000 tokens (a window, not a step, because single gaps are noisy: a line received late makes one
+gap long and the next short): seconds per step, per prompt token and per decoding request.
+
     .venv/bin/python bench/steps.py LOG [LOG...] [--json FILE] [--budget 16384] [--stall 1.0] [--run 20]
 """
 
@@ -124,6 +129,47 @@ def decode_runs(steps: list[Step], *, least: int) -> list[dict[str, float]]:
     return runs
 
 
+def prefill_step_fit(passes: list[list[Step]], *, window: int = 4, least: int = 2000) -> dict[str, float]:
+    """Least squares of a window's seconds on its steps, prompt tokens and decoding requests."""
+    rows: list[tuple[float, float, float, float]] = []
+    for steps in passes:
+        for start in range(len(steps) - window):
+            chunk = steps[start : start + window]
+            if all(step.prompt_tokens >= least for step in chunk):
+                seconds = steps[start + window].at - steps[start].at
+                tokens = sum(step.prompt_tokens for step in chunk)
+                rows.append((float(window), float(tokens), float(sum(s.decoding for s in chunk)), seconds))
+    if len(rows) < 3:
+        return {}
+    per_step, per_token, per_decoding = _least_squares(rows)
+    return {
+        "windows": len(rows),
+        "ms_per_step": round(per_step * 1e3, 2),
+        "us_per_prompt_token": round(per_token * 1e6, 3),
+        "ms_per_decoding_request": round(per_decoding * 1e3, 4),
+    }
+
+
+def _least_squares(rows: list[tuple[float, float, float, float]]) -> tuple[float, float, float]:
+    """Solve the 3x3 normal equations of ``y = a*x0 + b*x1 + c*x2`` (Cramer's rule)."""
+    gram = [[sum(row[i] * row[j] for row in rows) for j in range(3)] for i in range(3)]
+    moment = [sum(row[i] * row[3] for row in rows) for i in range(3)]
+
+    def det(m: list[list[float]]) -> float:
+        return (
+            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
+            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
+            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
+        )
+
+    whole = det(gram)
+    solved = []
+    for column in range(3):
+        replaced = [[moment[i] if j == column else gram[i][j] for j in range(3)] for i in range(3)]
+        solved.append(det(replaced) / whole)
+    return solved[0], solved[1], solved[2]
+
+
 def _is_full(step: Step, budget: int) -> bool:
     return step.prompt_tokens > 0 and step.prompt_tokens + step.decoding >= FULL_SHARE * budget
 
@@ -183,14 +229,19 @@ def main() -> int:
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args()
     report: dict[str, Any] = {"benchmark": "bench/steps.py", "budget": args.budget, "logs": {}}
+    measured: list[list[Step]] = []
     for path in args.logs:
         passes = {}
         for label, steps in read_passes(path):
             if len(steps) < 2:
                 continue
+            if label != "warmup":
+                measured.append(steps)
             passes[label] = summarize(steps, budget=args.budget, stall=args.stall, run=args.run)
             print(f"{path.name} {label}: {json.dumps(passes[label])}")
         report["logs"][path.name] = passes
+    report["prefill_step_fit"] = prefill_step_fit(measured)
+    print(f"prefill step fit: {json.dumps(report['prefill_step_fit'])}")
     if args.json is not None:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
     return 0

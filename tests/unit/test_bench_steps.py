@@ -7,7 +7,7 @@ import gzip
 import json
 from pathlib import Path
 
-from bench.steps import Step, decode_runs, read_passes, short_prefill_steps, summarize
+from bench.steps import Step, decode_runs, prefill_step_fit, read_passes, short_prefill_steps, summarize
 
 BUDGET = 1000
 
@@ -90,3 +90,18 @@ def test_decode_runs_are_the_long_stretches_of_decode_only_steps() -> None:
     assert runs == [{"at_s": 0.1, "steps": 5, "seconds": 0.1, "decoding_first": 3, "decoding_last": 1}]
     assert len(decode_runs(steps, least=2)) == 2
     assert summarize(steps, budget=BUDGET, stall=1.0, run=3)["decode_runs"] == runs
+
+
+def test_the_prefill_step_fit_recovers_a_linear_cost() -> None:
+    steps, at = [], 0.0
+    for index in range(40):
+        prompt, decoding = 4000 + 300 * (index % 7), 10 + 13 * (index % 5)
+        steps.append(Step(at, prompt, decoding))
+        at += 0.02 + prompt * 15e-6 + decoding * 3e-5  # what this step costs: its gap to the next
+    steps.append(Step(at, 0, 0))
+    fit = prefill_step_fit([steps])
+    assert fit["windows"] == 37  # windows of four prefill steps, each with the step after it
+    assert fit["ms_per_step"] == 20.0
+    assert fit["us_per_prompt_token"] == 15.0
+    assert fit["ms_per_decoding_request"] == 0.03
+    assert prefill_step_fit([steps[:4]]) == {}

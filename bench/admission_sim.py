@@ -248,9 +248,12 @@ def run(
     step_tokens: int = 16384,
     kv_tokens: int = 1_900_000,
     lag_steps: int = 2,
+    long_order: str = "random",
 ) -> dict[str, Any]:
     """One simulated pass of the mixed workload under ``settings``; the documents arrive in random
-    order, evenly spread over ``arrival_seconds`` (0: all at once). Latencies count from arrival."""
+    order, evenly spread over ``arrival_seconds`` (0: all at once), except that ``long_order``
+    ``longest`` or ``shortest`` hands the long documents' arrival times out by their length.
+    Latencies count from arrival."""
     engine_config = EngineConfig(
         model="sim", max_model_len=16384, max_num_seqs=max_num_seqs, max_num_batched_tokens=step_tokens
     )
@@ -264,6 +267,8 @@ def run(
     rng = random.Random(seed + 1)
     arrivals = sorted(rng.uniform(0.0, arrival_seconds) for _ in documents)
     rng.shuffle(arrivals)
+    if long_order != "random":
+        arrivals = _ordered_long(documents, arrivals, longest_first=long_order == "longest")
     waves_before, wave_seconds_before = wave_counters()
     finished = asyncio.run(_simulate(admission, engine, documents, arrivals))
     waves_after, wave_seconds_after = wave_counters()
@@ -279,6 +284,22 @@ def run(
         "light_waves": int(waves_after - waves_before),
         "light_wave_seconds": round(wave_seconds_after - wave_seconds_before, 2),
     }
+
+
+def _ordered_long(
+    documents: list[list[list[int]]], arrivals: list[float], *, longest_first: bool
+) -> list[float]:
+    """``arrivals`` with the long documents' times handed out again: the earliest to the longest
+    document (or the shortest), so admission, which orders heavy requests by arrival, takes them
+    in that order."""
+    length = [sum(stages[0]) for stages in documents]
+    long = [index for index, size in enumerate(length) if size > SHORT_MAX_TOKENS]
+    times = sorted(arrivals[index] for index in long)
+    by_length = sorted(long, key=lambda index: length[index], reverse=longest_first)
+    ordered = list(arrivals)
+    for index, at in zip(by_length, times, strict=True):
+        ordered[index] = at
+    return ordered
 
 
 def _q(values: list[float], q: float) -> float:
@@ -331,6 +352,12 @@ def main() -> int:
         default=2,
         help="steps from a request's submission to the first step it can run in (2: async scheduling)",
     )
+    parser.add_argument(
+        "--long-order",
+        choices=("random", "longest", "shortest"),
+        default="random",
+        help="the long documents' arrival order: as drawn, or by length (longest or shortest first)",
+    )
     parser.add_argument("--variant", action="append", default=[], metavar="NAME:KEY=VALUE[,KEY=VALUE]")
     parser.add_argument("--json", type=Path, default=None, help="also write the results here")
     args = parser.parse_args()
@@ -346,6 +373,7 @@ def main() -> int:
         "step_tokens": args.max_num_batched_tokens,
         "kv_tokens": args.kv_tokens,
         "lag_steps": args.lag_steps,
+        "long_order": args.long_order,
     }
     fifo = run(AdmissionConfig(enabled=False), cost, args.count, args.seed, **shape)
     print(f"{'fifo':14s} {fifo}")
@@ -358,6 +386,7 @@ def main() -> int:
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "kv_tokens": args.kv_tokens,
         "lag_steps": args.lag_steps,
+        "long_order": args.long_order,
         "fifo": fifo,
     }
     for name, settings in [("default", {}), *map(_variant, args.variant)]:

@@ -99,9 +99,10 @@ _PREFILL_QUEUE_STEPS: Final = 6
 """The default prefill queue, in engine steps. A request admitted on a prefill-done event runs about
 three steps after the step that freed its room (vLLM plans a step while the one before runs, and the
 event reaches the daemon after its step), and a queue counts a request's whole prompt until its
-prefill is done: with four steps, the H200's steps ran short of prefill a dozen times a pass; six
-measured 0.2-0.9% more throughput at the same latency (two steps: 0.96 of FIFO's throughput against
-0.987 with four; bench/RESULTS.md)."""
+prefill is done. On the H200 a pass had 14-20 prefill steps short of prompt tokens with four steps,
+3-9 with six, at the same latency; throughput moved by -0.4% to +0.9% against four in the same
+call, within the noise (two steps: 0.96 of FIFO's throughput against 0.987 with four;
+bench/RESULTS.md)."""
 _FIRST_WAVES_SHARE: Final = 1.25
 """When light requests need several waves, the earlier waves are this much larger than an even split."""
 

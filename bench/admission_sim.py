@@ -17,6 +17,9 @@ virtual, so a run takes a second whatever the machine.
     .venv/bin/python bench/admission_sim.py [--overhead 0.006] [--max-num-batched-tokens 16384]
         [--kv-tokens 1900000] [--variant NAME:key=value,...]
 
+Each pass also reports ``bench/steps.py``'s ``short_prefill_steps`` and its ``decode_runs`` (of 100
+steps or more), as the GPU's step logs give them.
+
 A staged document's parts go to admission with ``follow_up`` (its combine step follows them), as the
 summarizer sends them.
 
@@ -42,6 +45,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.compare import wave_counters  # noqa: E402
+from bench.steps import Step, decode_runs, short_prefill_steps  # noqa: E402
 from daemon.config import AdmissionConfig, EngineConfig  # noqa: E402
 from daemon.engine.admission import AdmissionControl, admission_for, admission_limits  # noqa: E402
 
@@ -102,6 +106,8 @@ class SimEngine:
     waiting: list[_Request] = field(default_factory=list)
     incoming: list[tuple[int, _Request]] = field(default_factory=list)
     kv_used: int = 0
+    log: list[Step] = field(default_factory=list)
+    """Every step as vLLM's step log would give it (at its start), for ``bench/steps.py``'s figures."""
 
     def submit(self, request: _Request) -> None:
         """A new request goes to the back of vLLM's waiting queue, to run ``lag_steps`` from now at
@@ -137,6 +143,8 @@ class SimEngine:
             budget -= tokens
         context = sum(r.computed for r, _ in scheduled if r.computed >= r.prompt)
         prefill = sum(tokens for r, tokens in scheduled if r.computed < r.prompt)
+        decoding = sum(1 for r, _ in scheduled if r.computed >= r.prompt)
+        self.log.append(Step(self.now, prefill, decoding))
         self.now += self.cost.seconds(
             self.step_tokens - budget, context, len(scheduled), prefill_share=prefill / self.step_tokens
         )
@@ -283,6 +291,8 @@ def run(
         "steps": engine.steps,
         "light_waves": int(waves_after - waves_before),
         "light_wave_seconds": round(wave_seconds_after - wave_seconds_before, 2),
+        "short_prefill_steps": short_prefill_steps(engine.log, budget=step_tokens),
+        "decode_runs": decode_runs(engine.log, least=100, ended_at=engine.now),
     }
 
 

@@ -102,9 +102,10 @@ def short_prefill_steps(steps: list[Step], *, budget: int) -> dict[str, int]:
     return {"steps": len(short), "unused_tokens": sum(budget - s.prompt_tokens - s.decoding for s in short)}
 
 
-def decode_runs(steps: list[Step], *, least: int) -> list[dict[str, float]]:
+def decode_runs(steps: list[Step], *, least: int, ended_at: float | None = None) -> list[dict[str, float]]:
     """Runs of at least ``least`` decode-only steps in a row: where each starts (seconds into the
-    pass), its steps, its seconds (to the step after it) and the requests decoding at its ends."""
+    pass), its steps, its seconds (to the step after it, or for a run that ends the pass to
+    ``ended_at``, when the last step ended, where known) and the requests decoding at its ends."""
     runs: list[dict[str, float]] = []
     start = 0
     while start < len(steps):
@@ -115,7 +116,7 @@ def decode_runs(steps: list[Step], *, least: int) -> list[dict[str, float]]:
         while end < len(steps) and not steps[end].prompt_tokens:
             end += 1
         if end - start >= least:
-            until = steps[min(end, len(steps) - 1)].at
+            until = steps[end].at if end < len(steps) else (ended_at or steps[-1].at)
             runs.append(
                 {
                     "at_s": round(steps[start].at - steps[0].at, 2),

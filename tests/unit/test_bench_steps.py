@@ -90,6 +90,9 @@ def test_decode_runs_are_the_long_stretches_of_decode_only_steps() -> None:
     assert runs == [{"at_s": 0.1, "steps": 5, "seconds": 0.1, "decoding_first": 3, "decoding_last": 1}]
     assert len(decode_runs(steps, least=2)) == 2
     assert summarize(steps, budget=BUDGET, stall=1.0, run=3)["decode_runs"] == runs
+    ending = [Step(0.0, 990, 3), Step(0.1, 0, 3), Step(0.2, 0, 2), Step(0.3, 0, 1)]
+    assert decode_runs(ending, least=3)[0]["seconds"] == 0.2  # to the last step's line
+    assert decode_runs(ending, least=3, ended_at=0.4)[0]["seconds"] == 0.3  # to the pass's end
 
 
 def test_the_prefill_step_fit_recovers_a_linear_cost() -> None:

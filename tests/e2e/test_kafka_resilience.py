@@ -30,6 +30,7 @@ import socket
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -230,12 +231,35 @@ def _broker_up_afterwards(broker: KafkaBroker) -> Iterator[None]:
             broker.up()
 
 
-def _restart_broker(broker: KafkaBroker, downtime: float = 0.0) -> None:
+def _restart_broker(broker: KafkaBroker, downtime: float = 0.0) -> tuple[float, float]:
+    """Stop and start the broker; returns when it was told to stop and when it stopped listening
+    (``time.time()``): what it acknowledged in between it may lose (see :func:`_lost_by_the_broker`)."""
+    stopping = time.time()
     broker.down()
     wait_for(lambda: not _listening(broker), 30, "the broker to stop listening")
+    stopped = time.time()
     time.sleep(downtime)
     broker.up()
     wait_for(lambda: _listening(broker), 30, "the broker to listen again")
+    return stopping, stopped
+
+
+def _lost_by_the_broker(
+    daemon: DaemonProcess, written: set[str], stopping: float, stopped: float
+) -> set[str]:
+    """Documents whose result the daemon was told was written while the broker was shutting down,
+    and which the broker no longer has. noida-db, the test broker, can lose such acknowledged
+    writes under load (../shared/notes/kafka-broker.md); a real Kafka broker does not. The daemon
+    logs "document summarized" only after the broker acknowledged the result, so a result missing
+    for any other document is the daemon's loss, and the test waits for it and fails."""
+    acknowledged = set()
+    for event in daemon.log_events():
+        if event.get("event") != "document summarized" or "doc_id" not in event:
+            continue
+        at = datetime.fromisoformat(str(event["timestamp"]).replace("Z", "+00:00")).timestamp()
+        if stopping <= at <= stopped:
+            acknowledged.add(str(event["doc_id"]))
+    return acknowledged - written
 
 
 def _group_empty(daemon: DaemonProcess) -> bool:
@@ -452,15 +476,22 @@ def test_broker_restart_mid_stream_daemon_reconnects_and_finishes(
         # Counted before the broker goes down: what is missing now is what the outage can interrupt.
         done_at_restart = _result_ids(kafka_broker, topics)
         assert len(done_at_restart) < len(ids), "the daemon finished everything before the outage"
-        _restart_broker(kafka_broker, downtime=3.0)
+        stopping, stopped = _restart_broker(kafka_broker, downtime=3.0)
         _assert_running(daemon, "the daemon")
+        lost: set[str] = set()
 
         def results() -> int:
             _assert_running(daemon, "the daemon")
-            return len(_result_ids(kafka_broker, topics) & set(ids))
+            written = _result_ids(kafka_broker, topics)
+            lost.update(_lost_by_the_broker(daemon, written, stopping, stopped))
+            return len((written | lost) & set(ids))
 
         # Progress, not a total: under a full CI machine's load the stream once needed over 300 s.
         wait_for_progress(results, len(ids), 180, "every document's result after the broker restart")
+        print(
+            f"broker restart: stopping took {stopped - stopping:.1f} s; results the broker acknowledged "
+            f"then and lost: {sorted(lost)}"
+        )
         wait_for(
             lambda: all_committed(kafka_broker, topics), 60, "the group to commit every offset", interval=0.5
         )

@@ -66,7 +66,15 @@ def test_an_inbox_writer_cannot_steer_the_daemon(
     os.chmod(planted, 0o777)
     (planted / "1.planted.txt" / "planted.txt").write_bytes(SECRET)
 
-    layout.write_config(**{"sources.folder.settle_seconds": "0.2", "sources.folder.rescan_seconds": "1"})
+    # Long summaries keep each batch in flight for seconds: with the harness's short ones a batch was
+    # done in 0.35 s on an idle machine, between two looks for "documents in flight" (a CI failure).
+    layout.write_config(
+        **{
+            "sources.folder.settle_seconds": "0.2",
+            "sources.folder.rescan_seconds": "1",
+            "summary.max_summary_tokens": "512",
+        }
+    )
     daemon = start_daemon()
     daemon.wait_ready()
 

@@ -100,7 +100,7 @@ _PREFILL_QUEUE_STEPS: Final = 6
 three steps after the step that freed its room (vLLM plans a step while the one before runs, and the
 event reaches the daemon after its step), and a queue counts a request's whole prompt until its
 prefill is done. On the H200 a pass had 14-20 prefill steps short of prompt tokens with four steps,
-3-9 with six, at the same latency; throughput moved by -0.4% to +0.9% against four in the same
+3-9 with six, at the same latency; throughput moved by -0.5% to +1.0% against four in the same
 call, within the noise (two steps: 0.96 of FIFO's throughput against 0.987 with four;
 bench/RESULTS.md)."""
 _FIRST_WAVES_SHARE: Final = 1.25

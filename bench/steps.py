@@ -152,23 +152,12 @@ def prefill_step_fit(passes: list[list[Step]], *, window: int = 4, least: int = 
 
 
 def _least_squares(rows: list[tuple[float, float, float, float]]) -> tuple[float, float, float]:
-    """Solve the 3x3 normal equations of ``y = a*x0 + b*x1 + c*x2`` (Cramer's rule)."""
-    gram = [[sum(row[i] * row[j] for row in rows) for j in range(3)] for i in range(3)]
-    moment = [sum(row[i] * row[3] for row in rows) for i in range(3)]
+    """The least-squares ``a, b, c`` of ``y = a*x0 + b*x1 + c*x2`` over rows ``(x0, x1, x2, y)``."""
+    import numpy  # vLLM's dependency, so always installed beside it; only this fit needs it
 
-    def det(m: list[list[float]]) -> float:
-        return (
-            m[0][0] * (m[1][1] * m[2][2] - m[1][2] * m[2][1])
-            - m[0][1] * (m[1][0] * m[2][2] - m[1][2] * m[2][0])
-            + m[0][2] * (m[1][0] * m[2][1] - m[1][1] * m[2][0])
-        )
-
-    whole = det(gram)
-    solved = []
-    for column in range(3):
-        replaced = [[moment[i] if j == column else gram[i][j] for j in range(3)] for i in range(3)]
-        solved.append(det(replaced) / whole)
-    return solved[0], solved[1], solved[2]
+    table = numpy.asarray(rows, dtype=float)
+    solution = numpy.linalg.lstsq(table[:, :3], table[:, 3], rcond=None)[0]
+    return float(solution[0]), float(solution[1]), float(solution[2])
 
 
 def _is_full(step: Step, budget: int) -> bool:

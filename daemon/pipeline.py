@@ -29,7 +29,7 @@ from typing import Final
 import structlog
 
 from daemon.document.decode import sha256_hex
-from daemon.document.reader import DocumentReader
+from daemon.document.reader import DocumentReader, Room
 from daemon.errors import DocumentError, EngineDeadError, SinkError
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import (
@@ -73,8 +73,11 @@ class DocumentPipeline:
         observe_profiles(summarizer.profiles.names)
         observe_structured_profiles(p.name for p in summarizer.profiles if p.output.schema is not None)
 
-    async def process(self, item: WorkItem) -> str:
-        """Take ``item`` to an acknowledged result or failure record; return the outcome."""
+    async def process(self, item: WorkItem, *, room: Room | None = None) -> str:
+        """Take ``item`` to an acknowledged result or failure record; return the outcome.
+
+        ``room`` is told what the document holds as it is read (:meth:`DocumentReader.read`): the
+        service's byte budget, which the document may wait for."""
         with structlog.contextvars.bound_contextvars(doc_id=item.id, source=item.source):
             data: bytes | None = None
             profile: Profile | None = None
@@ -86,6 +89,7 @@ class DocumentPipeline:
                     source=item.source,
                     metadata=item.metadata,
                     hint=item.format_hint,
+                    room=room,
                 )
                 options = parse_options(None if item.load_options is None else await item.load_options())
                 profile = self.summarizer.profiles.choose(options.profile, item.profile)

@@ -12,6 +12,8 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
                    ``extract.max_compression_ratio``; Kafka: a value over ``max_message_bytes``, a
                    key or ``id`` over ``max_key_bytes``, headers over ``max_header_bytes``, or a
                    result that would not fit ``max_request_bytes``)
+``too_expanded``   a PDF, DOCX, ODT or HTML file whose text would be over ``extract.max_expansion_ratio``
+                   times its size (as UTF-8, once over ``extract.expansion_floor_bytes``)
 ``binary``         not text: compressed or other binary formats, random bytes
 ``invalid_utf8``   text that is not valid UTF-8 (e.g. Latin-1) and carries no UTF-16/32 BOM
 ``invalid_encoding`` starts with a UTF-16/32 byte-order mark but does not decode as that encoding
@@ -148,6 +150,16 @@ def _read_input_file(path: Path, max_input_bytes: int) -> bytes:
         raise DocumentError("unreadable", f"cannot read the input: {exc.strerror or exc}") from exc
     check_size(len(data), max_input_bytes)
     return data
+
+
+def max_text_bytes(data: bytes) -> int:
+    """The most bytes the text decoded from ``data`` can take as UTF-8: as many as ``data`` has,
+    but for UTF-16, whose two-byte characters can take three (UTF-32's four take at most four)."""
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and not data.startswith(
+        codecs.BOM_UTF32_LE
+    ):
+        return len(data) * 3 // 2
+    return len(data)
 
 
 def decode_text(data: bytes, max_input_bytes: int) -> tuple[str, str]:

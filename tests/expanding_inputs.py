@@ -15,7 +15,8 @@ the tests (``tests/unit/test_expansion.py``, ``tests/e2e/test_expanding_inputs.p
 * :func:`expanding` picks one of these by format name, scaled to about ``text_bytes`` of text.
 
 For comparison, the text formats cannot expand (their text is their bytes): :func:`text_input`
-gives a plain-text or Markdown input of a given size, in the shape that makes the most tokens.
+gives a plain-text or Markdown input of a given size in the shape with the most cut points, and
+:func:`wide_letter_text` one in the shape that costs the most memory per byte.
 """
 
 from __future__ import annotations
@@ -189,7 +190,15 @@ def text_input(size: int, *, markdown: bool = False) -> bytes:
     return (unit * (size // len(unit) + 1))[:size]
 
 
-FORMATS: Final = ("docx", "html", "pdf", "text", "markdown")
+def wide_letter_text(size: int) -> bytes:
+    """``size`` bytes of text that cost the most measured per byte: one character outside the BMP
+    (Python then holds the whole text at four bytes a character), then one letter repeated (one token
+    a byte with a byte-level BPE tokenizer)."""
+    head = "\U0001f600\n".encode()
+    return head + b"A" * max(0, size - len(head))
+
+
+FORMATS: Final = ("docx", "html", "pdf", "text", "markdown", "wide_text")
 """What :func:`expanding` makes."""
 
 
@@ -205,4 +214,6 @@ def expanding(fmt: str, text_bytes: int) -> bytes:
         return pdf_shared_stream(min(1999, max(1, text_bytes // 4096)))
     if fmt in ("text", "markdown"):
         return text_input(text_bytes, markdown=fmt == "markdown")
+    if fmt == "wide_text":
+        return wide_letter_text(text_bytes)
     raise ValueError(f"unknown format {fmt!r}")

@@ -76,7 +76,7 @@ from daemon.fs.safe_read import NotRegularFileError, read_bounded, read_regular_
 from daemon.lifecycle import Lifecycle
 from daemon.ops.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
 from daemon.ops.logging import get_logger
-from daemon.ops.metrics import observe_failed
+from daemon.ops.metrics import observe_failed, observe_source
 from daemon.records import Record, failure_record
 from daemon.sinks.folder import FolderSink
 from daemon.sources.claims import Claim, WorkFolder
@@ -198,6 +198,7 @@ class FolderSource(Lifecycle):
         self._watcher = asyncio.create_task(self._watch(), name="folder-watch")
         self._watcher.add_done_callback(self._watcher_done)
         self.started = True
+        observe_source(SOURCE_NAME)
         log.info("folder source started", inbox=str(self.config.inbox), backlog=self.backlog)
 
     async def open_folders(self) -> None:

@@ -80,9 +80,10 @@ _DRAFTS: Final[dict[str, type[Any]]] = {
 }
 MAX_SCHEMA_CHECKS: Final = 100_000
 """The most subschemas that validating a schema's longest output may apply
-(:attr:`SchemaMeasure.checks`). Validation runs on the event loop for every structured output, and
-the prompt's field list follows the same expansion: a small file whose ``$defs`` refer to each other
-level after level expands exponentially, and is refused at start instead."""
+(:attr:`SchemaMeasure.checks`). Every structured output is validated (in Python, off the event loop
+but holding the interpreter lock), and the prompt's field list follows the same expansion: a small
+file whose ``$defs`` refer to each other level after level expands exponentially, and is refused at
+start instead."""
 MAX_HINT_CHARS: Final = 256 << 10
 """The longest list of fields (:func:`field_lines`) a schema may give the final prompt, in characters;
 descriptions repeated by shared ``$defs`` could otherwise make it larger than any context."""

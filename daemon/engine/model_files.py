@@ -18,8 +18,10 @@ and a huge tokenizer file is read whole into memory. So before either opens anyt
    :data:`MAX_METADATA_BYTES` (``config.json``, ``tokenizer_config.json``...) or
    :data:`MAX_TOKENIZER_FILE_BYTES` (``tokenizer.json``, ``vocab.json``, ``tokenizer.model``...);
    weights are not limited;
-5. ``config.json``, where there is one, is a JSON object naming the model's kind (``model_type``,
-   ``architectures`` or ``auto_map``: vLLM stops without one).
+5. each JSON settings file there (``config.json``, ``generation_config.json``,
+   ``tokenizer_config.json``...) is a JSON object, and ``config.json`` names the model's kind
+   (``model_type``, ``architectures`` or ``auto_map``: vLLM stops without one). A folder without a
+   ``config.json`` is let through: some formats keep their settings elsewhere (``params.json``).
 
 Then :func:`load_tokenizer` loads the tokenizer with transformers and turns any failure into one
 line, and refuses a tokenizer that turns a sentence into no tokens (what transformers builds when
@@ -110,9 +112,12 @@ def check_model_path(name: str, key: str) -> None:
         return  # a single-file model (GGUF); its tokenizer is engine.tokenizer's
     if not stat.S_ISDIR(found.st_mode):
         raise ConfigError(f"{key}: {name!r} is {describe_mode(found.st_mode)}, not a model folder")
-    for entry in _entries(path, key):
+    entries = _entries(path, key)
+    for entry in entries:
         _check_entry(path / entry, key)
-    _check_config_json(path / "config.json", key)
+    for entry in sorted(METADATA_FILES.intersection(entries)):
+        if entry.endswith(".json"):
+            _check_json_object(path / entry, key)
 
 
 def _entries(folder: Path, key: str) -> list[str]:
@@ -150,12 +155,10 @@ def _check_entry(path: Path, key: str) -> None:
         raise ConfigError(f"{key}: cannot read {str(path)!r}: {exc.strerror or exc}") from None
 
 
-def _check_config_json(path: Path, key: str) -> None:
-    """Check 5 (the entry passed checks 2-4 already, if it exists)."""
+def _check_json_object(path: Path, key: str) -> None:
+    """Check 5 for one settings file that passed checks 2-4."""
     try:
         data = read_config_file(path, MAX_METADATA_BYTES)
-    except FileNotFoundError:
-        return  # some formats keep their settings elsewhere (params.json); vLLM says if it needs one
     except (OSError, ValueError) as exc:
         raise ConfigError(f"{key}: cannot read {str(path)!r}: {exc}") from None
     try:
@@ -166,7 +169,7 @@ def _check_config_json(path: Path, key: str) -> None:
         raise ConfigError(f"{key}: {str(path)!r} is not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise ConfigError(f"{key}: {str(path)!r} must hold a JSON object, not {type(value).__name__}")
-    if not any(field in value for field in _MODEL_KINDS):
+    if path.name == "config.json" and not any(field in value for field in _MODEL_KINDS):
         # vLLM finds the model's kind from one of these, and stops without them.
         kinds = " or ".join(_MODEL_KINDS)
         raise ConfigError(f"{key}: {str(path)!r} is not a model's config: it has no {kinds}")

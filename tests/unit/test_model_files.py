@@ -134,6 +134,8 @@ def _removed(path: Path) -> None:
         ("config.json", _garbage, "config.json' is not JSON: Expecting value"),
         ("config.json", _array, "config.json' must hold a JSON object, not list"),
         ("config.json", _no_kind, "config.json' is not a model's config: it has no model_type"),
+        ("generation_config.json", _garbage, "generation_config.json' is not JSON: Expecting value"),
+        ("tokenizer_config.json", _array, "tokenizer_config.json' must hold a JSON object, not list"),
     ],
 )
 def test_a_broken_model_folder_is_exit_2_with_one_line(

@@ -73,8 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     check = commands.add_parser(
         "check-config",
         help="validate a config file and print the effective config",
-        description="Load FILE with DOCSUMD_* environment overrides, validate it, check the context budget "
-        "of every profile with the served model's tokenizer (when it can be loaded), list the profiles "
+        description="Load FILE with DOCSUMD_* environment overrides, validate it, check the model folder "
+        "and load its tokenizer (a model id needs the hub or its local cache), check the context budget "
+        "of every profile with that tokenizer, list the profiles "
         "(version, what they are for, which source uses which) on stderr, and print the effective "
         "configuration as JSON, profiles included. Exits 2 with the problems listed if it is invalid.",
     )
@@ -181,20 +182,16 @@ def describe_profiles(config: Config) -> list[str]:
 
 
 def _check_budget(config: Config) -> None:
-    """Check every profile's context budget with the served model's tokenizer, as ``run`` does
-    before the engine starts (ConfigError: exit 2). Without a reachable tokenizer, say it was not
-    checked."""
-    from daemon.engine.vllm_engine import load_tokenizer
+    """Check the model folder and tokenizer, and every profile's context budget with that tokenizer,
+    as ``run`` does before the engine starts (ConfigError: exit 2). A model or tokenizer that cannot
+    be loaded is a ConfigError too: ``run`` would stop on it."""
+    from daemon.engine.model_files import load_tokenizer
     from daemon.summary.profiles import build_profiles
 
     if Path(config.engine.model).exists():
         # A local model needs no hub: do not wait on one that may be unreachable.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        tokenizer = load_tokenizer(config.engine)
-    except (OSError, ValueError) as exc:
-        print(f"docsumd: context budget not checked: cannot load the tokenizer: {exc}", file=sys.stderr)
-        return
+    tokenizer = load_tokenizer(config.engine)
     for profile in build_profiles(config, tokenizer):
         lengths = ", ".join(f"{name} {value}" for name, value in profile.budget.as_dict().items())
         print(f"docsumd: profile {profile.name}: context budget: {lengths}", file=sys.stderr)

@@ -29,8 +29,9 @@ from daemon.document.reader import DocumentReader
 from daemon.document.sandbox import SandboxLimits
 from daemon.engine.admission import admission_for_engine
 from daemon.engine.byte_budget import ByteBudget, Holding
+from daemon.engine.model_files import load_tokenizer
 from daemon.engine.progress import ProgressWatch
-from daemon.engine.vllm_engine import Engine, load_tokenizer
+from daemon.engine.vllm_engine import Engine
 from daemon.errors import EngineDeadError, FatalError, SinkError
 from daemon.factory import build_sources
 from daemon.ops.logging import get_logger

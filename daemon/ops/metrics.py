@@ -189,21 +189,40 @@ def observe_structured(profile: str, outcome: str, *, seconds: float, tokens: in
     STRUCTURED_TOKENS.labels(profile=profile).inc(tokens)
 
 
-def observe_structured_profiles(names: Iterable[str]) -> None:
-    """Create the structured series of every profile with a JSON schema at 0."""
+# Labelled series exist from their first use; the ones below are made at 0 at start, for the label
+# values known then, so that every metric the dashboard and the alerts query is exported before the
+# first document (a panel then shows 0, not "no data"; tests/e2e/test_dashboard_metrics.py checks it).
+
+
+def observe_profiles(names: Iterable[str]) -> None:
+    """Create every profile's series at 0, so rates and ratios exist before its first document. The
+    structured series too, for every profile: one without a schema keeps them at 0."""
     for name in names:
+        PROFILE_DOCUMENTS.labels(profile=name, outcome="ok")
+        for family in (PROFILE_PROMPT_TOKENS, PROFILE_CACHED_PROMPT_TOKENS, PROFILE_SUMMARY_TOKENS):
+            family.labels(profile=name)
         for outcome in ("valid", "retried", "invalid"):
             STRUCTURED_OUTPUTS.labels(profile=name, outcome=outcome)
         STRUCTURED_SECONDS.labels(profile=name)
         STRUCTURED_TOKENS.labels(profile=name)
 
 
-def observe_profiles(names: Iterable[str]) -> None:
-    """Create every profile's series at 0, so rates and ratios exist before its first document."""
-    for name in names:
-        PROFILE_DOCUMENTS.labels(profile=name, outcome="ok")
-        for family in (PROFILE_PROMPT_TOKENS, PROFILE_CACHED_PROMPT_TOKENS, PROFILE_SUMMARY_TOKENS):
-            family.labels(profile=name)
+def observe_request_kinds(kinds: Iterable[str]) -> None:
+    """Create the engine request counter of every kind of request at 0."""
+    for kind in kinds:
+        ENGINE_REQUESTS.labels(kind=kind)
+
+
+def observe_source(source: str) -> None:
+    """Create the documents counter of a started source at 0 (outcome ``ok``; failure reasons appear
+    with their first document)."""
+    DOCUMENTS.labels(source=source, outcome="ok")
+
+
+def observe_kafka_commits() -> None:
+    """Create the Kafka commit counter of both outcomes at 0."""
+    for outcome in ("ok", "failed"):
+        KAFKA_COMMITS.labels(outcome=outcome)
 
 
 class SummaryFigures(Protocol):

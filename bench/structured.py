@@ -122,7 +122,7 @@ def _config(model: Path, context: int, *, schema: bool, dtype: str | None = None
             "max_num_batched_tokens": max(context, raw["engine"].get("max_num_batched_tokens", 0)),
         }
     )
-    section: dict[str, Any] = {} if schema else {"json_schema_file": None}
+    section = {} if schema else {"json_schema_file": None}
     return Config(
         engine=engine,
         summary=SummaryConfig(temperature=0.0),

@@ -309,14 +309,19 @@ class ProfileConfig(_Section):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     stop: tuple[StopString, ...] | None = None
     seed: int | None = None
-    reuse_cached: bool = Field(
-        default=True,
-        description="Whether the profile's documents may reuse summaries in the cache ([cache]): "
-        "parts, combine steps and whole documents made before under the same model, settings and "
-        "wording. With temperature > 0 a summary is one draw among many: reuse returns the earlier draw "
-        "instead of a new one (set false where each submission must be drawn anew). false: the profile "
-        "neither reads nor writes the cache.",
+    reuse_cached: bool | None = Field(
+        default=None,
+        description="Whether the profile's documents may reuse summaries in the cache ([cache]): parts, "
+        "combine steps and whole documents made before under the same model, settings and wording are "
+        "returned instead of being made again. Unset: yes. With temperature > 0 a summary is one draw "
+        "among many: reuse returns the earlier draw instead of a new one (set false where each "
+        "submission must be drawn anew). false: the profile neither reads nor writes the cache.",
     )
+
+    @property
+    def reuses_cached(self) -> bool:
+        """Whether the profile reuses cached summaries (``reuse_cached``, on unless set false)."""
+        return self.reuse_cached is not False
 
     @model_validator(mode="after")
     def _one_instruction(self) -> Self:
@@ -796,6 +801,13 @@ class RedisCacheConfig(_Section):
         description="Prefix of every key docsumd writes, so a shared server's other keys are apart.",
     )
     max_connections: int = Field(default=16, ge=1, le=1024, description="Connections to the server, at most.")
+
+    @model_validator(mode="after")
+    def _url_scheme(self) -> Self:
+        scheme = self.url.get_secret_value().partition("://")[0]
+        if scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("url must start with redis://, rediss:// or unix://")
+        return self
 
 
 class CacheConfig(_Section):

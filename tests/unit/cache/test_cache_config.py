@@ -79,15 +79,28 @@ def test_bad_cache_settings_are_config_errors(tmp_path: Path, section: str, name
 
 
 def test_profiles_reuse_cached_summaries_unless_they_say_not_to(tmp_path: Path) -> None:
-    assert ProfileConfig().reuse_cached
-    text = MINIMAL + "[profiles.fresh]\nreuse_cached = false\n[profiles.brief]\n"
+    assert ProfileConfig().reuses_cached
+    assert ProfileConfig().reuse_cached is None  # unset: not shown among a profile's own keys
+    text = (
+        MINIMAL
+        + "[profiles.fresh]\nreuse_cached = false\n[profiles.brief]\n[profiles.kept]\nreuse_cached = true\n"
+    )
     config = load_config(config_file(tmp_path, text))
     profiles = effective_profiles(config)
-    assert not profiles["fresh"].reuse_cached
-    assert profiles["brief"].reuse_cached
-    assert profiles["default"].reuse_cached
+    assert not profiles["fresh"].reuses_cached
+    assert profiles["kept"].reuses_cached
+    assert profiles["brief"].reuses_cached
+    assert profiles["default"].reuses_cached
 
 
 def test_a_cache_section_is_its_own(tmp_path: Path) -> None:
     config = Config(engine=EngineConfig(model="m"), cache=CacheConfig(path=tmp_path / "c", enabled=False))
     assert not config.cache.enabled
+
+
+@pytest.mark.parametrize("url", ["http://cache:6379", "cache:6379", ""])
+def test_a_redis_url_of_another_scheme_is_a_config_error(tmp_path: Path, url: str) -> None:
+    text = MINIMAL + f'[cache]\nbackend = "redis"\n[cache.redis]\nurl = "{url}"\n'
+    message = config_error(config_file(tmp_path, text))
+    assert "redis://" in message
+    assert url not in message or not url, "the url (it may hold a password) is not echoed"

@@ -154,17 +154,18 @@ class ModelRevision:
 
     digest: str
     """The fingerprint (:func:`folder_fingerprint`), :data:`REVISION_DIGITS` hex digits."""
-    how: Literal["folder", "hub_snapshot"]
-    """``folder``: a local folder; ``hub_snapshot``: a model id, read from its snapshot in the local
-    Hugging Face cache."""
+    how: Literal["folder", "file", "hub_snapshot"]
+    """``folder``: a local folder; ``file``: one checkpoint file (GGUF); ``hub_snapshot``: a model id,
+    read from its snapshot in the local Hugging Face cache."""
     files: int
     """Files fingerprinted."""
 
 
 def model_revision(model: str) -> ModelRevision | None:
     """The revision of ``model`` (``engine.model`` or ``engine.tokenizer``): the fingerprint of its
-    folder, or of the snapshot of a model id in the local Hugging Face cache (no network); None when
-    neither exists (the cache must then stay off: outputs of an unknown revision cannot be keyed).
+    folder (or of its one file), or of the snapshot of a model id in the local Hugging Face cache
+    (no network); None when none exists (the cache must then stay off: outputs of an unknown
+    revision cannot be keyed).
 
     Reads files: call it off the event loop, once, where the daemon is assembled (after the engine
     started, a model id's snapshot is in the local cache)."""
@@ -172,6 +173,11 @@ def model_revision(model: str) -> ModelRevision | None:
     if folder.is_dir():
         digest, files = folder_fingerprint(folder)
         return ModelRevision(digest=digest, how="folder", files=files)
+    if folder.is_file():  # a single checkpoint file (vLLM reads a .gguf file so)
+        single = hashlib.sha256(b"docsumd-model-file-v1\0")
+        _update(single, b"size", str(folder.stat().st_size).encode())
+        _update(single, b"content", _file_identity(folder, folder.stat().st_size))
+        return ModelRevision(digest=single.hexdigest()[:REVISION_DIGITS], how="file", files=1)
     snapshot = _hub_snapshot(model)
     if snapshot is None:
         return None

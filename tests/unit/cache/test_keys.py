@@ -339,6 +339,15 @@ def test_model_revision_of_a_folder_and_of_nothing(tmp_path: Path, monkeypatch: 
     assert revision is not None
     assert revision.how == "folder"
     assert revision.digest == folder_fingerprint(model)[0]
+    gguf = tmp_path / "model.gguf"
+    gguf.write_bytes(b"GGUF" + bytes(100))
+    single = model_revision(str(gguf))
+    assert single is not None
+    assert single.how == "file"
+    gguf.write_bytes(b"GGUF" + bytes(99) + b"\1")
+    changed = model_revision(str(gguf))
+    assert changed is not None
+    assert changed.digest != single.digest
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     assert model_revision("nobody/no-such-model-xyz") is None

@@ -17,6 +17,7 @@ Business code receives a :class:`Config` (or one of its sections); it never read
 
 from __future__ import annotations
 
+import os
 import tomllib
 import types
 import typing
@@ -308,6 +309,19 @@ class ProfileConfig(_Section):
     frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
     stop: tuple[StopString, ...] | None = None
     seed: int | None = None
+    reuse_cached: bool | None = Field(
+        default=None,
+        description="Whether the profile's documents may reuse summaries in the cache ([cache]): parts, "
+        "combine steps and whole documents made before under the same model, settings and wording are "
+        "returned instead of being made again. Unset: yes. With temperature > 0 a summary is one draw "
+        "among many: reuse returns the earlier draw instead of a new one (set false where each "
+        "submission must be drawn anew). false: the profile neither reads nor writes the cache.",
+    )
+
+    @property
+    def reuses_cached(self) -> bool:
+        """Whether the profile reuses cached summaries (``reuse_cached``, on unless set false)."""
+        return self.reuse_cached is not False
 
     @model_validator(mode="after")
     def _one_instruction(self) -> Self:
@@ -742,6 +756,124 @@ class LoggingConfig(_Section):
     )
 
 
+CACHE_FILE_NAME: Final = "summaries.sqlite3"
+
+
+def default_cache_path() -> Path:
+    """Where the embedded summary cache lives unless ``cache.path`` says otherwise: the folder
+    systemd gives the unit (``CacheDirectory=``, exported as ``$CACHE_DIRECTORY``), else
+    ``$XDG_CACHE_HOME/docsumd``, else ``~/.cache/docsumd``. A cache folder, not a state folder: the
+    file can be deleted at any time and is rebuilt (every entry can be made again by the engine)."""
+    systemd = os.environ.get("CACHE_DIRECTORY", "").split(":")[0]
+    if systemd:
+        return Path(systemd) / CACHE_FILE_NAME
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "docsumd" / CACHE_FILE_NAME
+
+
+class RedisCacheConfig(_Section):
+    """``[cache.redis]``: the shared store of ``cache.backend = "redis"`` (Redis or Valkey), for
+    daemons on several hosts. Bound it on the server: ``maxmemory`` with ``maxmemory-policy
+    allkeys-lru`` on a server (or database) of its own, or ``volatile-lru`` on a shared one (docsumd's
+    entries carry a TTL, the server's other keys are kept)."""
+
+    url: SecretStr = Field(
+        description='"redis://[[USER]:PASSWORD@]HOST:PORT/DB", "rediss://..." for TLS, or '
+        '"unix:///PATH/redis.sock?db=N". Shown as ********** by check-config (it may hold a password).'
+    )
+    timeout_seconds: float = Field(
+        default=0.25,
+        gt=0.0,
+        le=60.0,
+        description="The longest one lookup or write may take, connecting included; longer is a miss "
+        "(the store is then skipped for cache.retry_seconds), never a stall.",
+    )
+    ttl_seconds: int = Field(
+        default=30 * 24 * 3600,
+        ge=0,
+        description="An entry not read for this long expires (each hit renews it); 0: no expiry (then "
+        "only the server's maxmemory policy bounds the store).",
+    )
+    key_prefix: str = Field(
+        default="docsumd:",
+        max_length=128,
+        description="Prefix of every key docsumd writes, so a shared server's other keys are apart.",
+    )
+    max_connections: int = Field(default=16, ge=1, le=1024, description="Connections to the server, at most.")
+
+    @model_validator(mode="after")
+    def _url_scheme(self) -> Self:
+        scheme = self.url.get_secret_value().partition("://")[0]
+        if scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("url must start with redis://, rediss:// or unix://")
+        return self
+
+
+class CacheConfig(_Section):
+    """``[cache]``: a content-addressed cache of summaries (part summaries, combine steps, whole
+    documents), so an edited document costs only its edits and a resubmitted one nothing.
+
+    On by default with an embedded SQLite store (no set-up). Keys hold everything that changes an
+    output (the text, the model's revision, the engine's numerics, the prompt and profile versions,
+    the sampling), so a change of any of these is a miss, never a stale summary. A failing store is
+    a miss with a warning, never a failed document; turn it off for benchmarks of the engine itself
+    (``enabled = false``), or per profile with ``reuse_cached = false``."""
+
+    enabled: bool = Field(default=True, description="false: no lookups, no writes, no store opened.")
+    backend: Literal["sqlite", "redis"] = Field(
+        default="sqlite",
+        description='"sqlite": an embedded file (path); "redis": a shared server ([cache.redis]), for '
+        "daemons on several hosts.",
+    )
+    path: Path = Field(
+        default_factory=default_cache_path,
+        description="The SQLite store (WAL mode; beside it its -wal and -shm files). Default: "
+        "$CACHE_DIRECTORY (systemd's CacheDirectory), else $XDG_CACHE_HOME/docsumd, else "
+        "~/.cache/docsumd, then summaries.sqlite3. Daemons on one host may share it.",
+    )
+    max_bytes: int = Field(
+        default=1 << 30,
+        ge=1 << 20,
+        description="The SQLite store's size bound (its used pages); the least recently used entries "
+        "are evicted past it. Its -wal file adds a few MiB.",
+    )
+    max_value_bytes: int = Field(
+        default=1 << 20,
+        ge=1024,
+        description="An entry larger than this (encoded) is not stored.",
+    )
+    timeout_seconds: float = Field(
+        default=2.0,
+        gt=0.0,
+        le=60.0,
+        description="The longest one SQLite lookup or write may take (waiting for another daemon's "
+        "write included); longer is a miss, and the store is skipped for retry_seconds.",
+    )
+    retry_seconds: float = Field(
+        default=30.0,
+        ge=0.0,
+        description="After a failure (timeout, unreadable, read-only, server down) the store is skipped "
+        "this long (every lookup a miss at no cost), then tried again.",
+    )
+    namespace: str = Field(
+        default="",
+        max_length=256,
+        description="A label added to every key: change it to start afresh (e.g. after changing the "
+        "model folder's files in a way its fingerprint may not see), or to keep teams apart on one "
+        "shared server.",
+    )
+    redis: RedisCacheConfig | None = Field(
+        default=None, description='[cache.redis]: the shared store; required with backend = "redis".'
+    )
+
+    @model_validator(mode="after")
+    def _backend_configured(self) -> Self:
+        if self.backend == "redis" and self.redis is None:
+            raise ValueError('backend "redis" needs a [cache.redis] section with its url')
+        return self
+
+
 RENAMED_KEYS: Final[Mapping[str, str]] = {
     "admission.window_seconds": "admission.aging_seconds",
 }
@@ -771,6 +903,7 @@ class Config(BaseSettings):
     metrics: MetricsConfig = MetricsConfig()
     service: ServiceConfig = ServiceConfig()
     logging: LoggingConfig = LoggingConfig()
+    cache: CacheConfig = Field(default_factory=CacheConfig)
     profiles: dict[ProfileName, ProfileConfig] = Field(
         default_factory=dict,
         description="Named summary profiles; an empty [profiles.NAME] turns on the shipped one of that name.",

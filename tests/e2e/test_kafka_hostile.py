@@ -232,8 +232,6 @@ async def test_records_the_broker_refuses_are_replaced_by_reduced_dead_letters(
     dead = await read_all(kafka_broker.bootstrap, config.dead_letter_topic, isolation_level=isolation)
     letters = {record.key: json.loads(record.value) for record in dead}
     assert set(letters) == {b"a", b"b"}
-    for letter in letters.values():
-        assert_valid(letter, "dead-letter")
     assert (letters[b"a"]["reason"], letters[b"a"]["reduced"]) == ("too_large", True)
     assert "refused the result" in letters[b"a"]["message"]
     assert (letters[b"b"]["reason"], letters[b"b"]["reduced"]) == ("invalid_message", True)

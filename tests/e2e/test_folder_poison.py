@@ -26,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
+from tests.record_schemas import assert_valid
 
 pytestmark = pytest.mark.engine
 
@@ -48,6 +49,7 @@ def _records(folder: Path, suffix: str) -> dict[bytes, list[dict[str, Any]]]:
     for path in sorted(folder.iterdir()):
         if path.name.endswith(suffix) and path.is_file():
             record = json.loads(path.read_bytes())
+            assert_valid(record, "result" if suffix == ".summary.json" else "failure")
             metadata = record["metadata"]
             raw = (
                 base64.b64decode(metadata["file_name_b64"])

@@ -43,7 +43,13 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from daemon.document.extract.markup import MAX_HEADING_LEVEL, MAX_HEADINGS, MAX_TITLE_CHARS
+from daemon.document.extract.markup import (
+    MAX_HEADING_LEVEL,
+    MAX_HEADINGS,
+    MAX_TITLE_CHARS,
+    line_pieces,
+    one_line,
+)
 from daemon.document.layout import Extracted, ExtractLimits, Format, Heading, Layout
 from daemon.errors import DocumentError
 
@@ -204,15 +210,26 @@ _SOFT_HYPHEN_AT_LINE_END: Final = re.compile("\xad[ \t]*\r?\n")
 def split_lines(page_text: str) -> list[str]:
     """A page's text as clean lines: odd characters out (:data:`_CHARACTERS`), each line's whitespace
     made single spaces, a blank line (``""``) kept where a paragraph breaks, runs of them one."""
-    text = _SOFT_HYPHEN_AT_LINE_END.sub("", page_text.replace("\r\n", "\n")).replace("\xad", "")
     lines: list[str] = []
-    for raw in text.translate(_CHARACTERS).split("\n"):
-        line = " ".join(raw.split())
-        if line or (lines and lines[-1]):
-            lines.append(line)
+    carried = ""  # the start of a line that goes on in the next piece
+    for piece in line_pieces(page_text):  # a piece at a time: memory follows a piece's lines
+        text = _SOFT_HYPHEN_AT_LINE_END.sub("", piece.replace("\r\n", "\n")).replace("\xad", "")
+        raws = (carried + text.translate(_CHARACTERS)).split("\n")
+        carried = raws.pop()
+        for raw in raws:
+            _add_line(lines, raw)
+    _add_line(lines, carried)
     while lines and not lines[-1]:
         lines.pop()
     return lines
+
+
+def _add_line(lines: list[str], raw: str) -> None:
+    # The characters are clean already (no controls): one_line only makes whitespace runs one space.
+    if raw and not raw.isspace():
+        lines.append(one_line(raw))
+    elif lines and lines[-1]:
+        lines.append("")
 
 
 # -- running headers, footers and page numbers -----------------------------------------------------
@@ -242,7 +259,10 @@ def is_page_number(line: str) -> bool:
 def running_key(line: str) -> str | None:
     """What a running header or footer line has in common from page to page: lowercased, its numbers
     (page numbers, also roman ones at either end) as ``#``. None for a line too short to tell (fewer
-    than three letters: code's ``}``, a lone page number, which is judged by itself)."""
+    than three letters: code's ``}``, a lone page number, which is judged by itself) or too long to
+    be one (over :data:`_MAX_RUNNING_LINE` characters: text)."""
+    if len(line) > _MAX_RUNNING_LINE:
+        return None
     key = _DIGITS.sub("#", line.lower())
     key = _EDGE_ROMAN.sub("#", key)
     if sum(character.isalpha() for character in key) < 3:
@@ -357,8 +377,11 @@ def _tidy_blanks(lines: Sequence[str]) -> list[str]:
 
 # -- joining lines, rejoining hyphenated words -----------------------------------------------------
 
-_WORD: Final = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")
-_HEAD: Final = re.compile(r"([^\W\d_]+)-$")
+# Linear on any line: the repeated group is possessive (a greedy one keeps an entry per repetition
+# to backtrack into), and the hyphenated word at a line end is looked for only from a word's start
+# (searched from each of its letters, a line of letters not ending in a hyphen is quadratic).
+_WORD: Final = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*+")
+_HEAD: Final = re.compile(r"(?<![^\W\d_])([^\W\d_]+)-$")
 _TAIL: Final = re.compile(r"^[^\W\d_]+")
 
 
@@ -382,14 +405,19 @@ class Vocabulary:
         for lines in pages:
             split_before = False
             for line in lines:
-                tokens = _WORD.findall(line.lower())
                 split_here = line.endswith("-") and _HEAD.search(line) is not None
-                if split_before and tokens:
-                    tokens = tokens[1:]
-                if split_here and tokens:
-                    tokens = tokens[:-1]
+                # Each word as it is found (a line may hold millions); which is the last one is
+                # known only at the end.
+                tokens = (match.group() for match in _WORD.finditer(line.lower()))
+                if split_before:
+                    next(tokens, None)
+                previous: str | None = None
                 for token in tokens:
-                    (compounds if "-" in token else words).add(token)
+                    if previous is not None:
+                        (compounds if "-" in previous else words).add(previous)
+                    previous = token
+                if previous is not None and not split_here:
+                    (compounds if "-" in previous else words).add(previous)
                 split_before = split_here
         heads = frozenset(compound.split("-", 1)[0] for compound in compounds)
         return cls(frozenset(words), frozenset(compounds), heads)

@@ -8,10 +8,11 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
 ``empty``          zero bytes
 ``whitespace_only`` nothing but whitespace (including no-break spaces) after decoding
 ``too_large``      over ``limits.max_input_bytes`` (extracted text: as UTF-8; a PDF over
-                   ``extract.max_pages``, a ZIP unpacking over ``extract.max_unpacked_bytes`` or
-                   ``extract.max_compression_ratio``; Kafka: a value over ``max_message_bytes``, a
-                   key or ``id`` over ``max_key_bytes``, headers over ``max_header_bytes``, or a
-                   result that would not fit ``max_request_bytes``)
+                   ``extract.max_pages``, a ZIP unpacking or a PDF's streams decoding over
+                   ``extract.max_unpacked_bytes`` or ``extract.max_compression_ratio``; Kafka: a
+                   value over ``max_message_bytes``, a key or ``id`` over ``max_key_bytes``,
+                   headers over ``max_header_bytes``, or a result that would not fit
+                   ``max_request_bytes``)
 ``binary``         not text: compressed or other binary formats, random bytes
 ``invalid_utf8``   text that is not valid UTF-8 (e.g. Latin-1) and carries no UTF-16/32 BOM
 ``invalid_encoding`` starts with a UTF-16/32 byte-order mark but does not decode as that encoding
@@ -31,7 +32,9 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
 ``internal_error`` a bug met on this document (logged with its traceback)
 ``encrypted``      a password-protected PDF, DOCX or ODT (its text cannot be read without the key)
 ``malformed``      a PDF, DOCX, ODT or HTML file that cannot be parsed: truncated, corrupt, garbage
-                   behind its signature, XML with entity declarations or nested too deeply
+                   behind its signature, XML with entity declarations or nested too deeply, HTML
+                   over its parser's limits (an attribute value or a run of text over 10,000,000
+                   characters), PDF streams inside each other's data
 ``no_text``        a PDF, DOCX, ODT or HTML file with no text in it (a scanned PDF: there is no OCR)
 ``extract_failed`` the extraction worker died or overran on this input: over its memory, CPU-time or
                    wall-clock limit (``extract.*``), or crashed; the worker is replaced

@@ -75,8 +75,9 @@ REASONS: Final[Mapping[Reason, ReasonInfo]] = {
     ),
     "too_large": ReasonInfo(
         "Over limits.max_input_bytes (default 16 MiB; extracted text counted as UTF-8), refused without "
-        "being read; a PDF over extract.max_pages; a DOCX or ODT whose entries unpack over "
-        "extract.max_unpacked_bytes or extract.max_compression_ratio, or extracted text over "
+        "being read; a PDF over extract.max_pages or whose streams decode to more than "
+        "extract.max_unpacked_bytes or extract.max_compression_ratio allow; a DOCX or ODT whose entries "
+        "unpack over them, or extracted text over "
         "extract.max_output_chars. Kafka: a value over max_message_bytes, a key or id over max_key_bytes, "
         "headers over max_header_bytes, or a result that would not fit max_request_bytes (refused after "
         "it was made).",
@@ -98,8 +99,9 @@ REASONS: Final[Mapping[Reason, ReasonInfo]] = {
     ),
     "malformed": ReasonInfo(
         "A PDF, DOCX, ODT or HTML file that cannot be parsed: truncated, corrupt, garbage behind its "
-        "signature, ZIP headers that lie about sizes, XML with a document type declaration or entities "
-        "(billion laughs, XXE), nesting deeper than 256.",
+        "signature, ZIP headers that lie about sizes, PDF streams inside each other's data, XML with a "
+        "document type declaration or entities (billion laughs, XXE), nesting deeper than 256, an HTML "
+        "attribute value or run of text over libxml2's 10,000,000 characters (the message says which).",
         "Fix or re-export the document; the message says what the parser found.",
         "input",
     ),

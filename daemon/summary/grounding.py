@@ -45,7 +45,8 @@ What is not checked, to keep false alarms rare on what people write: a capitalis
 sentence (or follows a colon, a quote or a line break) when it is alone (``Contributors provide ...``)
 unless the summary capitalises it inside a sentence too; the opening word of a run when the source writes
 it in lower case (``Use CC0``: "use"); small words at either end of a run (``The``, ``This``); in a line
-in title case (``What Is The GPL``, a heading), anything but its abbreviations; months and weekdays as
+in title case (``What Is The GPL``) or a heading (a short line that is only capitalised words, without
+a full stop: ``License Terms``), anything but its abbreviations; ``I'm``; months and weekdays as
 names; quoted addresses and markup (``"https://..."``).
 
 The check says whether an item is *somewhere* in the source, not that the source says what the
@@ -179,7 +180,8 @@ _SCALES: Final = {"thousand": 10**3, "million": 10**6, "billion": 10**9, "trilli
 _SCALE_SHORT: Final = {"k": 10**3, "m": 10**6, "mn": 10**6, "bn": 10**9, "b": 10**9}
 _NUMBER_WORD: Final = "|".join(sorted([*_UNITS, *_TENS, "hundred", *_SCALES], key=len, reverse=True))
 _WORDS_NUMBER: Final = (
-    rf"(?:{_NUMBER_WORD})(?:(?:[ \t-]+|[ \t]+and[ \t]+)(?:{_NUMBER_WORD}))*+(?![a-z])"  # no "tenant"
+    # Whole words only: no "tenant", no "weight", no "canine".
+    rf"(?<![a-z])(?:{_NUMBER_WORD})(?:(?:[ \t-]+|[ \t]+and[ \t]+)(?:{_NUMBER_WORD}))*+(?![a-z])"
 )
 _DIGITS: Final = r"\d{1,3}(?:,\d{3})++(?:\.\d+)?|\d+(?:\.\d+)?"
 # A number as a summary writes it: digits (with thousands separators and decimals, and a scale word
@@ -452,6 +454,7 @@ _CONNECTORS: Final = frozenset(
     {"of", "for", "and", "the", "de", "du", "des", "la", "le", "van", "von", "der", "den", "&"}
 )
 _SMALL_WORDS: Final = _STOPWORDS | _CONNECTORS
+_PRONOUN: Final = re.compile(r"I['’]")  # I'm, I've, I'd, I'll
 _NOT_NAMES: Final = frozenset(
     {*_MONTHS, "monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday"}
 )
@@ -469,8 +472,10 @@ _ACRONYM: Final = re.compile(r"[A-Z][A-Za-z0-9-]*[A-Z0-9][A-Za-z0-9-]*|[A-Z]{2,}
 _QUOTED: Final = re.compile(r"[\"“”](?P<term>[^\"“”\n]{1,120}?)[\"“”]")
 _QUOTED_MAX_WORDS: Final = 12
 _NOT_A_TERM: Final = re.compile(r"[/@=<>\\]|://")
-_TITLE_MAX_WORDS: Final = 12
 _TITLE_MIN_WORDS: Final = 3
+_HEADING_MAX_WORDS: Final = 6
+_DEFINED_PRONOUNS: Final = frozenset({"you", "your", "yours", "we", "us", "our"})
+"""Capitalised inside a sentence, these are a licence's defined terms ("You"), not a title's words."""
 _BREAKS_BEFORE: Final = re.compile(r"[:;(\[\"“‘—–]\s*$")
 
 
@@ -622,7 +627,8 @@ def _loose_number_keys(token: str) -> set[str]:
 
 
 def _source_extras(item: Item) -> set[str]:
-    """Keys a source item also stands for: a full date for its month and year, a number for itself."""
+    """Keys a source item also stands for: a full date for its month and year, an amount, a percentage
+    or a duration for its number as written (not for its other units: 1.5 years is no 18)."""
     extras: set[str] = set()
     for group in item.needs:
         for key in group:
@@ -631,8 +637,9 @@ def _source_extras(item: Item) -> set[str]:
                 extras.update("date:" + "-".join(parts[:n]) for n in range(1, len(parts)))
                 if len(parts) == 3:
                     extras.add(f"date:--{parts[1]}-{parts[2]}")
-            elif key.startswith(("dur:", "pct:", "money:")):
-                extras.add("n:" + key.split(":")[-2 if key.startswith("dur:") else -1])
+    written = item.needs[0][0]
+    if written.startswith(("dur:", "pct:", "money:")):
+        extras.add("n:" + written.split(":")[-2 if written.startswith("dur:") else -1])
     return extras
 
 
@@ -832,26 +839,41 @@ def _name_items(
     text: str, sentence: Sentence, claimed: list[tuple[int, int]], context: _Context
 ) -> list[Item]:
     words = [word for word in _words(text, sentence) if _free(claimed, word.start, word.end)]
-    title_case = _is_title_case(text, sentence, words)
+    runs = list(_capitalised_runs(text, words))
+    title_case = _is_title_case(words) or _is_heading(text, sentence, words, runs)
     items = []
-    for run in _capitalised_runs(text, words):
+    for run in runs:
         items += _name_item(text, sentence.index, _name_piece(run, context), title_case, context)
     return items
 
 
-def _is_title_case(text: str, sentence: Sentence, words: Sequence[_Word]) -> bool:
-    """A heading or title: small words capitalised inside it (``What Is The GPL``), or a short line
-    without a full stop whose other words all are."""
+def _is_title_case(words: Sequence[_Word]) -> bool:
+    """A heading or title: small words capitalised inside it (two, as in ``What Is The GPL``, or one
+    among words all capitalised, as in ``Fees Are Due Yearly``). Not a line of names without a full
+    stop (``- Parties: Acme Holdings and Globex``): those are checked."""
     if len(words) < _TITLE_MIN_WORDS:
         return False
-    inside = [word for word in words if not word.opens]
-    if any(_is_capitalised(word.text) and word.text.lower() in _SMALL_WORDS for word in inside):
-        return True
+    small_capitals = sum(
+        1
+        for word in words
+        if not word.opens
+        and _is_capitalised(word.text)
+        and word.text.lower() in _SMALL_WORDS
+        and word.text.lower() not in _DEFINED_PRONOUNS
+    )
     content = [word for word in words if word.text.lower() not in _SMALL_WORDS]
+    all_capitalised = all(_is_capitalised(word.text) for word in content)
+    return small_capitals >= 2 or (small_capitals == 1 and all_capitalised)
+
+
+def _is_heading(text: str, sentence: Sentence, words: Sequence[_Word], runs: Sequence[list[_Word]]) -> bool:
+    """A short line that is one run of capitalised words and no more, without a full stop: a heading
+    (``License Terms``), not a claim."""
     return (
-        len(words) <= _TITLE_MAX_WORDS
+        len(runs) == 1
+        and len(runs[0]) == len(words)
+        and len(words) <= _HEADING_MAX_WORDS
         and not text[sentence.start : sentence.end].rstrip().endswith((".", "!", "?"))
-        and all(_is_capitalised(word.text) for word in content)
     )
 
 
@@ -933,7 +955,7 @@ def _word_items(text: str, sentence: int, word: _Word, title_case: bool, context
     if acronyms:
         return [_acronym_item(sentence, part) for part in acronyms]
     folded = fold(word.text)
-    if folded in _NOT_NAMES or len(folded) < 2 or title_case:
+    if folded in _NOT_NAMES or len(folded) < 2 or title_case or _PRONOUN.match(word.text):
         return []
     if word.opens and folded not in context.capitalised_inside:
         return []  # its capital may only say that it opens the sentence

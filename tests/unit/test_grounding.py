@@ -152,12 +152,12 @@ _TENS = ("twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ni
 
 
 def in_words(number: int) -> str:
-    """English words for 0 <= number < 10**9 (the test's own writer, not the checker's reader)."""
+    """English words for 0 <= number < 10**12 (the test's own writer, not the checker's reader)."""
     if number < 20:
         return _UNDER_20[number]
     if number < 100:
         return _TENS[number // 10 - 2] + ("" if number % 10 == 0 else "-" + _UNDER_20[number % 10])
-    for size, name in ((10**6, "million"), (1000, "thousand"), (100, "hundred")):
+    for size, name in ((10**9, "billion"), (10**6, "million"), (1000, "thousand"), (100, "hundred")):
         if number >= size:
             head, rest = divmod(number, size)
             return f"{in_words(head)} {name}" + ("" if rest == 0 else " " + in_words(rest))
@@ -246,3 +246,8 @@ def test_an_index_is_built_once_and_reused() -> None:
         "supported": 0,
         "unsupported": 1,
     }
+
+
+def test_headings_are_not_claims_but_a_line_of_names_is_checked() -> None:
+    summary = "License Terms\n\nI'm sure it is fine.\n- Parties: Acme Holdings and Globex Corporation."
+    assert unsupported(summary) == [("name", "Acme Holdings and Globex Corporation")]

@@ -601,8 +601,9 @@ def table(runs: Sequence[dict[str, Any]]) -> str:
             scores = " ".join(f"{rouge[metric]:>6.3f}" for metric in METRICS)
             baselines = " ".join(f"{figures[name]['rougeLsum']:>6.3f}" for name in BASELINES)
             precision = figures["grounding_precision"]
+            name = run.get("label", run["strategy"])  # a run merged from an earlier file may carry one
             lines.append(
-                f"{run['strategy']:<11} {run['profile']:<8} {group:<12} {figures['documents']:>3} "
+                f"{name:<11} {run['profile']:<8} {group:<12} {figures['documents']:>3} "
                 f"{scores} {baselines} "
                 f"{figures['summary_words']:>5.0f} {figures['reference_words']:>4.0f} "
                 f"{finish.get('stop', 0):>4}/{finish.get('length', 0):<4} "

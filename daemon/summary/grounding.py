@@ -925,11 +925,15 @@ def _is_common_opener(word: _Word, context: _Context) -> bool:
 
 def _trimmed(run: list[_Word]) -> list[_Word]:
     start, end = 0, len(run)
-    while start < end and run[start].text.lower() in _SMALL_WORDS:
+    while start < end and _is_small(run[start]):
         start += 1
-    while end > start and run[end - 1].text.lower() in _SMALL_WORDS:
+    while end > start and _is_small(run[end - 1]):
         end -= 1
     return run[start:end]
+
+
+def _is_small(word: _Word) -> bool:
+    return word.text.lower() in _SMALL_WORDS or bool(_PRONOUN.match(word.text))
 
 
 def _name_item(text: str, sentence: int, run: list[_Word], title_case: bool, context: _Context) -> list[Item]:

@@ -249,5 +249,8 @@ def test_an_index_is_built_once_and_reused() -> None:
 
 
 def test_headings_are_not_claims_but_a_line_of_names_is_checked() -> None:
-    summary = "License Terms\n\nI'm sure it is fine.\n- Parties: Acme Holdings and Globex Corporation."
+    summary = (
+        "License Terms\n\nI'm sure it is fine. I'm Acme Holdings.\n"
+        "- Parties: Acme Holdings and Globex Corporation."
+    )
     assert unsupported(summary) == [("name", "Acme Holdings and Globex Corporation")]

@@ -123,7 +123,7 @@ PATTERNS: Final = {
     ),
     "date": re.compile(
         rf"(?:\b(?P<month>{'|'.join(MONTHS)})[ \t]+(?:\d{{1,2}},?[ \t]+)?)?"
-        r"(?<![\d.,])(?P<n>(?:19|20)\d\d)(?![\d.,]\d)"
+        r"(?<![\w.,])(?P<n>(?:19|20)\d\d)(?![\w]|[.,]\d)"
     ),
     "number": re.compile(r"(?<![\w.,/-])(?P<n>\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?)(?![\w/]|[.,]\d)"),
 }
@@ -286,7 +286,7 @@ def demo_summaries(quality: Path) -> list[Summary]:
     for run in data["runs"]:
         for row in run["documents"]:
             if row.get("summary"):
-                name = f"demo-{run['strategy']}"
+                name = f"demo-{run.get('label', run['strategy'])}"
                 summaries.append(Summary(name, row["id"], run["strategy"], row["summary"], row["id"]))
     return summaries
 
@@ -302,16 +302,20 @@ def candidates(summary: str, source: str) -> Iterator[tuple[str, int, int, str]]
     def free(start: int, end: int) -> bool:
         return all(end <= a or start >= b for a, b in taken)
 
+    sentences = split_sentences(summary)
+
+    def in_sentence(start: int) -> bool:  # not a list marker ("2." of a numbered list)
+        return any(sentence.start <= start < sentence.end for sentence in sentences)
+
     for kind in ("duration", "section", "date", "number"):
         for match in PATTERNS[kind].finditer(summary):
             start, end = match.span("n")
-            if free(*match.span()):
+            if free(*match.span()) and in_sentence(start):
                 taken.append(match.span())
                 value = match.group("n")
                 if kind == "number" and value.replace(",", "") in ("0", "1"):
                     continue
                 yield kind, start, end, value
-    folded_source = " ".join(source.split()).lower()
     for pattern in (NAME_RUN, NAME_WORD):
         for match in pattern.finditer(summary):
             start, end = match.span()
@@ -320,9 +324,16 @@ def candidates(summary: str, source: str) -> Iterator[tuple[str, int, int, str]]
             if first in SMALL_START and rest:
                 start += len(first) + 1
                 written = rest
-            if free(start, end) and written.lower() in folded_source and len(written) > 3:
+            if free(start, end) and in_sentence(start) and len(written) > 3 and _is_name_in(written, source):
                 taken.append((start, end))
                 yield "name", start, end, written
+
+
+def _is_name_in(written: str, source: str) -> bool:
+    """Whether the source writes ``written`` capitalised inside a sentence: a name there, not a word
+    that a summary's heading capitalised ("History")."""
+    pattern = r"[\s]+".join(map(re.escape, written.split()))
+    return re.search(rf"(?<=[a-z,;(] ){pattern}\b", source) is not None
 
 
 def replacement(kind: str, written: str, source: str, rng: random.Random, mode: str) -> str | None:

@@ -45,9 +45,10 @@ What is not checked, to keep false alarms rare on what people write: a capitalis
 sentence (or follows a colon, a quote or a line break) when it is alone (``Contributors provide ...``)
 unless the summary capitalises it inside a sentence too; the opening word of a run when the source writes
 it in lower case (``Use CC0``: "use"); small words at either end of a run (``The``, ``This``); in a line
-in title case (``What Is The GPL``) or a heading (a short line that is only capitalised words, without
-a full stop: ``License Terms``), anything but its abbreviations; ``I'm``; months and weekdays as
-names; quoted addresses and markup (``"https://..."``).
+in title case (``What Is The GPL``), anything but its abbreviations; ``I'm``; months and weekdays as
+names; quoted addresses and markup (``"https://..."``). A heading (a short line that is only
+capitalised words, without a full stop: ``License Terms``) is supported when each of its words is in
+the source, in any order.
 
 The check says whether an item is *somewhere* in the source, not that the source says what the
 summary says about it: a number taken from another clause of the same document passes. The
@@ -267,7 +268,8 @@ _MONTH: Final = (
 )
 _DAY: Final = r"(?P<day>[0-3]?\d)(?:st|nd|rd|th)?"
 _YEAR: Final = r"(?P<year>1[6-9]\d\d|20\d\d)"
-_NO_DIGIT_BEFORE: Final = r"(?<![\w.,/-])"
+# Not inside a word or another number; a hyphen only after a digit (a range: "2-12 months").
+_NO_DIGIT_BEFORE: Final = r"(?<![\w.,/])(?<![^\W\d]-)"
 _NO_DIGIT_AFTER: Final = r"(?![\w/]|[.,]\d)"
 _DATE_PATTERNS: Final = tuple(
     re.compile(pattern)
@@ -476,7 +478,7 @@ _TITLE_MIN_WORDS: Final = 3
 _HEADING_MAX_WORDS: Final = 6
 _DEFINED_PRONOUNS: Final = frozenset({"you", "your", "yours", "we", "us", "our"})
 """Capitalised inside a sentence, these are a licence's defined terms ("You"), not a title's words."""
-_BREAKS_BEFORE: Final = re.compile(r"[:;(\[\"“‘—–]\s*$")
+_BREAKS_BEFORE: Final = re.compile(r"(?:[:;(\[\"“‘—–]|\s-)\s*$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -840,11 +842,26 @@ def _name_items(
 ) -> list[Item]:
     words = [word for word in _words(text, sentence) if _free(claimed, word.start, word.end)]
     runs = list(_capitalised_runs(text, words))
-    title_case = _is_title_case(words) or _is_heading(text, sentence, words, runs)
+    if _is_heading(text, sentence, words, runs):
+        return _heading_items(text, sentence.index, _name_piece(runs[0], context))
+    title_case = _is_title_case(words)
     items = []
     for run in runs:
         items += _name_item(text, sentence.index, _name_piece(run, context), title_case, context)
     return items
+
+
+def _heading_items(text: str, sentence: int, run: list[_Word]) -> list[Item]:
+    """A heading's abbreviations, and its words as one item supported when each of them is somewhere
+    in the source: a heading names what follows, in any words of the document (``License Terms``),
+    but one that names what the document lacks (``Oracle Corporation``) is reported."""
+    items = [_acronym_item(sentence, part) for word in run for part in _acronym_parts(word)]
+    words = [word for word in run if not _acronym_parts(word) and not _is_small(word)]
+    if words:
+        a, b = words[0].start, words[-1].end
+        needs = (tuple(f"p:{fold(word.text)}" for word in words),)
+        items.append(Item(Kind.NAME, text[a:b], sentence, a, b, needs))
+    return sorted(items, key=lambda item: item.start)
 
 
 def _is_title_case(words: Sequence[_Word]) -> bool:

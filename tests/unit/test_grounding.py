@@ -71,7 +71,8 @@ def unsupported(summary: str, source: str = SOURCE) -> list[tuple[str, str]]:
         'The "licensed work" is the software.',
         "The LGPL applies.",  # spelled by "Lesser General Public License"
         # Sentence openers and title-case headings are not names.
-        "Licensees must pay. Fees Are Due Yearly",
+        "Licensees must pay. What Is The Term Of The Agreement",
+        "## Term and Notice\n\nThe licence runs for 36 months.",
     ],
 )
 def test_what_the_source_says_is_supported(summary: str) -> None:
@@ -251,6 +252,9 @@ def test_an_index_is_built_once_and_reused() -> None:
 def test_headings_are_not_claims_but_a_line_of_names_is_checked() -> None:
     summary = (
         "License Terms\n\nI'm sure it is fine. I'm Acme Holdings.\n"
-        "- Parties: Acme Holdings and Globex Corporation."
+        "- Parties: Acme Holdings and Globex Corporation.\n\n### Oracle Corporation\n\nIt pays."
     )
-    assert unsupported(summary) == [("name", "Acme Holdings and Globex Corporation")]
+    assert unsupported(summary) == [
+        ("name", "Acme Holdings and Globex Corporation"),
+        ("name", "Oracle Corporation"),
+    ]

@@ -63,7 +63,7 @@ from daemon.summary.sentences import split_sentences
 REPO: Final = Path(__file__).resolve().parents[1]
 CORPUS_DOCS: Final = Path("/work/shared/corpus/docs")
 DEFAULT_QUALITY: Final = REPO / "bench" / "results" / "quality_cpu_smollm2_2048_issue40.json"
-ADJUDICATION: Final = REPO / "bench" / "data" / "grounding_adjudication.json"
+ADJUDICATION: Final = REPO / "bench" / "results" / "grounding_adjudication.json"
 ACLSUM_ASPECTS: Final = ("challenge", "approach", "outcome")
 _PMC_LABEL: Final = (
     r"(Background|Methods|Methodology|Methodology/Principal Findings|Principal Findings|Results|"

@@ -1,5 +1,5 @@
-"""The ``docsumd`` command line: ``run``, ``check-config``, ``summarize``, ``make-tiny-model``,
-``make-demo-model``.
+"""The ``docsumd`` command line: ``run``, ``check-config``, ``summarize``, ``check-summary``,
+``make-tiny-model``, ``make-demo-model``.
 
 This is the entry point, and the only place that installs signal handlers or touches the process
 environment (vLLM and Hugging Face read their settings from it). Every command loads the config
@@ -38,7 +38,8 @@ EXIT_CODES: Final = {
     EXIT_FATAL: "A fatal runtime error: the engine died or failed to start, results cannot be written, the "
     "metrics port is taken. The supervisor should restart docsumd (the systemd unit does).",
     EXIT_CONFIG: "Invalid configuration or usage, including a model or tokenizer that cannot be used: "
-    "restarting will not help (the systemd unit does not restart on it).",
+    "restarting will not help (the systemd unit does not restart on it). For `check-summary`, an input "
+    "it cannot read (unreadable, binary, empty or too large).",
     EXIT_SOME_FAILED: "`summarize` finished, but some documents failed (their error records are in the "
     "outbox).",
 }
@@ -125,6 +126,27 @@ def build_parser() -> argparse.ArgumentParser:
     )
     summarize.add_argument("--no-progress", action="store_true", help="no progress bar")
     summarize.set_defaults(func=_cmd_summarize)
+
+    check_summary = commands.add_parser(
+        "check-summary",
+        help="check a summary against its source: unsupported numbers, dates, names; evidence",
+        description="Read SOURCE as the service reads an input (any supported format, extracted in "
+        "sandboxed workers) and SUMMARY as text; print as JSON the grounding check of the summary "
+        "(`checks`: numbers, percentages, amounts, dates, durations, section references, terms and names "
+        "not found in the source) and, for each summary sentence, the parts of the source it draws on "
+        "(`evidence`). Exits 0 when both were read (whatever the check found), 2 when an input cannot "
+        "be read (unreadable, binary, empty, too large) or the config is invalid.",
+    )
+    check_summary.add_argument("--source", type=Path, required=True, metavar="FILE")
+    check_summary.add_argument("--summary", type=Path, required=True, metavar="FILE")
+    check_summary.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="a docsumd config: its input limits and extraction settings, and parts cut as its model's "
+        "tokenizer would cut them (default: built-in limits, parts by paragraphs)",
+    )
+    check_summary.set_defaults(func=_cmd_check_summary)
 
     tiny = commands.add_parser(
         "make-tiny-model",
@@ -244,6 +266,27 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     return asyncio.run(
         _summarize(config, list(args.files), outbox, profile=args.profile, progress=not args.no_progress)
     )
+
+
+def _cmd_check_summary(args: argparse.Namespace) -> int:
+    from daemon import audit
+    from daemon.ops.logging import configure_logging
+
+    limits = extract = plan = None
+    # The report is stdout; logs (the extraction workers') go to stderr, warnings and worse only.
+    configure_logging("warning", "auto")
+    if args.config is not None:
+        config = load_checked_config(args.config)
+        if Path(config.engine.model).exists():
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local model needs no hub
+        limits, extract, plan = config.limits, config.extract, audit.chunking_plan(config)
+    try:
+        report = audit.audit(args.source, args.summary, limits=limits, extract=extract, parts=plan)
+    except audit.BadInput as exc:
+        print(f"docsumd: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+    return EXIT_OK
 
 
 def _cmd_make_tiny_model(args: argparse.Namespace) -> int:

@@ -103,8 +103,9 @@ from daemon.config import (  # noqa: E402
     load_config,
 )
 from daemon.contracts import Generation, Sampling  # noqa: E402
+from daemon.engine.model_files import load_tokenizer  # noqa: E402
 from daemon.engine.vllm_args import engine_kwargs  # noqa: E402
-from daemon.engine.vllm_engine import Engine, load_tokenizer  # noqa: E402
+from daemon.engine.vllm_engine import Engine  # noqa: E402
 from daemon.records import parse_request_id  # noqa: E402
 
 SHORT_MAX_TOKENS = 2000  # documents up to this many tokens count as short in the latency split
@@ -401,7 +402,7 @@ def _pdf_workload(args: argparse.Namespace, config: Config) -> tuple[list[_Pdf],
     from daemon.errors import DocumentError
     from daemon.service import extract_limits
 
-    limits = dataclasses.replace(extract_limits(config), max_pages=args.pdf_max_pages)
+    limits = dataclasses.replace(extract_limits(config.limits, config.extract), max_pages=args.pdf_max_pages)
     pdfs: list[_Pdf] = []
     left_out: dict[str, str] = {}
     for path in sorted(args.pdfs.glob("*.pdf")):

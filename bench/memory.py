@@ -131,6 +131,15 @@ class Sampler(threading.Thread):
         return self.peak
 
 
+def tokenizer_loader() -> Any:
+    """The measured checkout's ``load_tokenizer`` (it moved modules; ``--code`` may be older)."""
+    try:
+        from daemon.engine.model_files import load_tokenizer
+    except ImportError:
+        from daemon.engine.vllm_engine import load_tokenizer  # type: ignore[attr-defined,no-redef]
+    return load_tokenizer
+
+
 def instant_engine_class() -> Any:
     """An engine that answers every request at once with a short summary (the engine's memory is
     not measured), made from the measured checkout's types."""
@@ -169,7 +178,6 @@ def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, args.code)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from daemon.config import Config, EngineConfig, LimitsConfig, MetricsConfig, ServiceConfig, SummaryConfig
-    from daemon.engine.vllm_engine import load_tokenizer
     from daemon.ops.logging import configure_logging
     from daemon.service import Service
     from daemon.sinks.folder import FolderSink
@@ -188,7 +196,7 @@ def child(args: argparse.Namespace) -> None:
         metrics=MetricsConfig(enabled=False),
         service=ServiceConfig(max_inflight_documents=max(2, args.docs), status_interval_seconds=3600),
     )
-    tokenizer = load_tokenizer(config.engine)
+    tokenizer = tokenizer_loader()(config.engine)
     work = Path(args.work)
     outbox = work / "out"
 
@@ -273,7 +281,6 @@ def flood_child(args: argparse.Namespace) -> None:
     sys.path.insert(0, args.code)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from daemon.config import Config
-    from daemon.engine.vllm_engine import load_tokenizer
     from daemon.ops.logging import configure_logging
     from daemon.service import Service
 
@@ -306,7 +313,7 @@ def flood_child(args: argparse.Namespace) -> None:
             }
         }
     config = Config.model_validate(data)
-    tokenizer = load_tokenizer(config.engine)
+    tokenizer = tokenizer_loader()(config.engine)
     outcomes: list[str] = []
 
     async def run(expected: int) -> None:

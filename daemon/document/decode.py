@@ -2,9 +2,6 @@
 
 :func:`decode_document` turns the bytes a source read into text, or refuses them with a
 :class:`DocumentError` that carries a stable ``reason`` code (for dead-letter records, metrics and
-alerting) and a message for people. The reason codes are part of docsumd's interface:
-
-=================  ==========================================================================
 ``empty``          zero bytes
 ``whitespace_only`` nothing but whitespace (including no-break spaces) after decoding
 ``too_large``      over ``limits.max_input_bytes`` (extracted text: as UTF-8; a PDF over
@@ -41,6 +38,9 @@ alerting) and a message for people. The reason codes are part of docsumd's inter
                    to parse, no text, no value, a header whose value is null, an ``id`` or
                    ``text`` holding a lone surrogate)
 =================  ==========================================================================
+=======
+alerting) and a message for people. The reason codes are part of docsumd's interface; every one,
+with what it means and what to do about it, is in :data:`daemon.errors.REASONS`.
 """
 
 from __future__ import annotations

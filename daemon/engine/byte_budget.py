@@ -2,8 +2,8 @@
 holds in the main process.
 
 A document's memory in the main process grows with the size of its text (the text, its token ids,
-their offsets and the parts cut from them: ``bench/memory.py`` measures it, the README gives the
-sizing rule), so the count of documents in flight (``service.max_inflight_documents``) alone bounds
+their offsets and the parts cut from them: ``bench/memory.py`` measures it, docs/guides/sizing.md
+gives the rule), so the count of documents in flight (``service.max_inflight_documents``) alone bounds
 nothing: 128 documents of 16 MiB are 2 GiB of input, and a 2 KB DOCX can hold 12 MB of text.
 :class:`ByteBudget` bounds their sum (``limits.max_inflight_bytes``), in two parts that a
 document's :class:`Holding` moves through:

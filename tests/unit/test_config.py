@@ -263,10 +263,12 @@ def test_an_expansion_limit_out_of_range_is_a_config_error(tmp_path: Path, line:
 
 def test_the_extraction_limits_of_a_config_are_its_extract_and_input_limits(tmp_path: Path) -> None:
     # One set of defaults: the config's are the extractors'.
-    assert extract_limits(load_config(config_file(tmp_path, MINIMAL))) == ExtractLimits()
+    defaults = load_config(config_file(tmp_path, MINIMAL))
+    assert extract_limits(defaults.limits, defaults.extract) == ExtractLimits()
     extract = "[extract]\nmax_expansion_ratio = 7.5\nexpansion_floor_bytes = 0\n"
     text = MINIMAL + extract + "[limits]\nmax_input_bytes = 1000\n"
-    limits = extract_limits(load_config(config_file(tmp_path, text)))
+    config = load_config(config_file(tmp_path, text))
+    limits = extract_limits(config.limits, config.extract)
     assert (limits.max_expansion_ratio, limits.expansion_floor_bytes, limits.max_text_bytes) == (7.5, 0, 1000)
 
 
@@ -370,9 +372,13 @@ def test_require_source_with_folder_section_passes(example_config: Path) -> None
 
 
 def test_check_config_prints_effective_config_as_json(
-    example_config: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    example_config: Path,
+    tiny_model: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("DOCSUMD_ENGINE__MAX_MODEL_LEN", "8192")
+    monkeypatch.setenv("DOCSUMD_ENGINE__MODEL", str(tiny_model))  # check-config loads its tokenizer
     assert main(["check-config", str(example_config)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["engine"]["max_model_len"] == 8192

@@ -138,23 +138,27 @@ def kill_9(daemon: DaemonProcess, moment: str, busy: list[str], deadline_s: floa
     assert daemon.proc is not None
     main = daemon.proc.pid
     tree = process_tree(main)
+    outcome = Kill9(moment=moment, processes={p.pid: _name(p) for p in tree}, busy=busy)
     os.kill(main, signal.SIGKILL)
     killed = time.monotonic()
-    outcome = Kill9(moment=moment, processes={p.pid: _name(p) for p in tree}, busy=busy)
-    daemon.proc.wait(timeout=30)
     watched = list(tree)
     while True:
-        now = time.monotonic() - killed
         for process in watched:
             if process.pid not in outcome.gone_after_s and not _alive(process):
-                outcome.gone_after_s[process.pid] = now
-        late = [p for p in _stragglers(main, daemon.pgid) if p.pid not in outcome.processes]
-        for process in late:  # started between the tree's reading and the kill
-            outcome.processes[process.pid] = _name(process)
-            watched.append(process)
-        if len(outcome.gone_after_s) == len(watched) or now > deadline_s:
+                outcome.gone_after_s[process.pid] = time.monotonic() - killed
+        if len(outcome.gone_after_s) == len(watched):
+            # All gone: unless one started between the tree's reading and the kill (a scan of
+            # every process, too slow to repeat at each look).
+            late = [p for p in _stragglers(main, daemon.pgid) if p.pid not in outcome.processes]
+            if not late:
+                break
+            for process in late:
+                outcome.processes[process.pid] = _name(process)
+                watched.append(process)
+        if time.monotonic() - killed > deadline_s:
             break
         time.sleep(_SAMPLE_SECONDS)
+    daemon.proc.wait(timeout=30)
     for process in watched:
         if process.pid not in outcome.gone_after_s:
             outcome.left.append(f"{process.pid}:{outcome.processes[process.pid]}")

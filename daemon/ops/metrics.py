@@ -94,6 +94,14 @@ KAFKA_LAG = Gauge(
 KAFKA_PAUSED_PARTITIONS = Gauge(
     "docsumd_kafka_paused_partitions", "Input partitions paused because the local buffer is full."
 )
+KAFKA_REBALANCES = Counter(
+    "docsumd_kafka_rebalances",
+    "Consumer group rebalances this daemon took part in: each partition assignment it received, its first "
+    "join included. A static member that restarts within its session adds only its own join.",
+)
+KAFKA_ASSIGNED_PARTITIONS = Gauge(
+    "docsumd_kafka_assigned_partitions", "Input partitions assigned to this daemon by its consumer group."
+)
 KAFKA_BUFFERED = Gauge("docsumd_kafka_buffered_messages", "Messages fetched and not yet taken in.")
 KAFKA_COMMITS = Counter(
     "docsumd_kafka_commits",

@@ -23,6 +23,7 @@ import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -783,6 +784,48 @@ class ServiceConfig(_Section):
     )
 
 
+class TracingConfig(_Section):
+    """``[tracing]``: one OpenTelemetry trace per document, exported over OTLP/HTTP (off by default).
+
+    A document's span is the child of its Kafka message's ``traceparent`` (W3C trace context), or the
+    root of a new trace (folder inputs, messages without one); its steps and engine requests are its
+    children, vLLM's own ``llm_request`` spans theirs (daemon/ops/tracing.py)."""
+
+    otlp_endpoint: str | None = Field(
+        default=None,
+        description='The OTLP/HTTP collector, e.g. "http://otel-collector:4318" (spans go to its '
+        "/v1/traces; a URL with a path is used as given). Unset: no tracing, and nothing of "
+        "OpenTelemetry is loaded.",
+    )
+    sampling_ratio: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="The share of new traces recorded (documents without a sampled parent); a Kafka "
+        "message's traceparent decides for its document (parent-based sampling).",
+    )
+    service_name: str = Field(default="docsumd", min_length=1, description="The spans' service.name.")
+
+    @model_validator(mode="after")
+    def _endpoint_is_http(self) -> Self:
+        if self.otlp_endpoint is not None:
+            parts = urlsplit(self.otlp_endpoint)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(
+                    f"otlp_endpoint must be an http:// or https:// URL with a host (OTLP over HTTP), "
+                    f"got {self.otlp_endpoint!r}"
+                )
+        return self
+
+    @property
+    def traces_url(self) -> str | None:
+        """Where spans are posted: the endpoint's /v1/traces, or the endpoint itself if it has a path."""
+        if self.otlp_endpoint is None:
+            return None
+        base = self.otlp_endpoint.rstrip("/")
+        return base if urlsplit(base).path else f"{base}/v1/traces"
+
+
 class LoggingConfig(_Section):
     """Structured logs on stderr."""
 
@@ -821,6 +864,7 @@ class Config(BaseSettings):
     metrics: MetricsConfig = MetricsConfig()
     service: ServiceConfig = ServiceConfig()
     logging: LoggingConfig = LoggingConfig()
+    tracing: TracingConfig = TracingConfig()
     profiles: dict[ProfileName, ProfileConfig] = Field(
         default_factory=dict,
         description="Named summary profiles; an empty [profiles.NAME] turns on the shipped one of that name.",

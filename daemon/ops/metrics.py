@@ -86,6 +86,12 @@ ENGINE_INFLIGHT_TOKENS = Gauge(
     "docsumd_engine_inflight_tokens",
     "Tokens (prompt plus output budget) of the requests admitted to the engine.",
 )
+PROMPT_TOKENS_PENDING = Gauge(
+    "docsumd_prompt_tokens_pending",
+    "Prompt tokens of the work taken in and not yet through the engine: documents in flight (by bytes / 4 "
+    "until tokenized, then their requests not yet finished) and messages fetched and not yet taken in. "
+    "What an autoscaler should scale on (daemon/ops/pending.py).",
+)
 KAFKA_LAG = Gauge(
     "docsumd_kafka_consumer_lag",
     "Messages of an owned input partition not yet finished: end offset minus committed offset.",

@@ -33,6 +33,8 @@ from daemon.ops.metrics import (
     KAFKA_PAUSED_PARTITIONS,
     KAFKA_REBALANCES,
 )
+from daemon.ops.pending import PENDING
+from daemon.ops.tracing import trace_context_of
 from daemon.records import Record
 from daemon.sinks.kafka import KafkaSink, Output
 from daemon.sources.kafka.committer import Committer, committer_for
@@ -324,6 +326,7 @@ class KafkaSource(Lifecycle):
             size=len(parsed.text or b""),
             profile=self.config.profile_for(entry.message.topic),
             format_hint=header_value(entry.message.headers, "content-type"),
+            trace_context=trace_context_of(entry.message.headers),
         )
 
     # -- acknowledgement: the committer writes or holds the output, then the offset is finished ---
@@ -407,6 +410,7 @@ class KafkaSource(Lifecycle):
     def _report_buffer(self) -> None:
         KAFKA_BUFFERED.set(len(self._buffer))
         KAFKA_BUFFERED_BYTES.set(self._buffered_bytes)
+        PENDING.fetched(SOURCE_NAME, self._buffered_bytes)
 
     async def _idle_pause(self, consumer: AIOKafkaConsumer) -> None:
         """Nothing came in: stop fetching for ``idle_pause_ms``. aiokafka keeps a fetch request in

@@ -16,9 +16,9 @@ consumer's span continues the same trace. The document's log lines carry ``trace
 ``trace_sampled``.
 
 **Sampling.** Parent-based: a message's ``traceparent`` decides for its document (its sampled flag);
-a new trace is recorded with probability ``sampling_ratio``. An unrecorded span costs a few
-microseconds and exports nothing; its context still travels (the output's ``traceparent`` keeps the
-producer's trace id).
+a new trace is recorded with probability ``sampling_ratio``. An unsampled document gets its document
+span only (no children: they would be unsampled too), which exports nothing; its context still
+travels (to vLLM, and in the output's ``traceparent``, which keeps the producer's trace id).
 
 **Order of start-up.** :func:`install` makes docsumd's tracer provider the process's global one and
 must run before the vLLM engine is built: vLLM then finds it in place (its own attempt to set one is
@@ -171,11 +171,12 @@ def vllm_arguments() -> dict[str, Any]:
 
 
 def span(name: str, *, kind: str | None = None) -> contextlib.AbstractContextManager[Span | None]:
-    """A child span of the current one, current inside the block (None with tracing off).
-    ``kind``: ``"consumer"``, ``"producer"`` or None (internal). An exception leaving the block is
-    recorded on it."""
+    """A child span of the current one, current inside the block (None with tracing off, and outside
+    a recorded span: the children of an unsampled document would be unsampled too, and cost tens of
+    microseconds each for nothing). ``kind``: ``"consumer"``, ``"producer"`` or None (internal). An
+    exception leaving the block is recorded on it."""
     state = _INSTALLED.tracing
-    if state is None:
+    if state is None or not state.current_span().is_recording():
         return _NULL
     return state.tracer.start_as_current_span(name, kind=state.kinds[kind])
 
@@ -295,7 +296,7 @@ def receive_span(received_at: float) -> contextlib.AbstractContextManager[Span |
     """The ``receive`` span: from ``received_at`` (``time.monotonic()``), when the source handed the
     document out, to the end of the block (its bytes read)."""
     state = _INSTALLED.tracing
-    if state is None:
+    if state is None or not state.current_span().is_recording():
         return _NULL
     return state.tracer.start_as_current_span("receive", start_time=_wall_ns(received_at))
 

@@ -8,6 +8,7 @@ import asyncio
 import os
 import subprocess
 import sys
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from pathlib import Path
@@ -277,10 +278,15 @@ def test_outputs_carry_the_current_spans_context_in_place_of_the_inputs(
 ) -> None:
     message = _message([("traceparent", TRACEPARENT.encode()), ("tracestate", b"a=1"), ("other", b"x")])
     record: Record = {"id": "k", "source": "kafka", "model": "m"}
-    with tracing.span("publish") as span:
+    with (
+        tracing.document_span("k", "kafka", parent=None, received_at=time.monotonic(), metadata={}),
+        tracing.span("publish") as span,
+    ):
         assert span is not None
         result = result_output(message, "k", record, _topics())
         failure = dead_letter_output(message, "k", {**record, "reason": "empty"}, _topics())
+    with tracing.span("outside a document") as nothing:
+        assert nothing is None  # no recorded span to be the child of: no span at all
     for output in (result, failure):
         headers = dict(output.headers)
         assert headers["other"] == b"x"

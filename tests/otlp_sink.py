@@ -96,3 +96,19 @@ class OtlpSink:
 def _text(value: Any) -> str:
     kind = value.WhichOneof("value")
     return "" if kind is None else str(getattr(value, kind))
+
+
+def main() -> None:
+    """Serve in a process of its own (a benchmark keeps the receiver's CPU out of what it measures):
+    print the endpoint, serve until stdin closes, then print how many spans came."""
+    import sys
+
+    sink = OtlpSink()
+    print(sink.endpoint, flush=True)
+    sys.stdin.read()
+    sink.stop()
+    print(len(sink.spans), flush=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -15,7 +15,7 @@ It adds up, at each scrape:
 What it does not count: messages still in Kafka, which the daemon has not fetched (their count is
 the lag metric, not their size), and files still waiting in the inbox. So one daemon's figure stops
 growing when its buffer and its documents in flight are full, however deep the backlog behind them:
-an autoscaler's per-daemon target must stay below that ceiling (README, "Kubernetes").
+an autoscaler's per-daemon target must stay below that ceiling (docs: get-started/kubernetes.md).
 
 The engine code does not know about this: the pipeline opens a document's account
 (:meth:`PendingTokens.document`), and the summarizer reports to the account of the document it is

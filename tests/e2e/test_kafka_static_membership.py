@@ -7,7 +7,7 @@ What must hold: the other two see no rebalance (no revocation, no assignment, th
 is down; the third gets its own partitions back and goes on from its committed offsets; no document is
 summarized twice.
 
-What the test broker cannot show (see ../shared/notes/kafka-broker.md and the README's "Static
+What the test broker cannot show (see ../shared/notes/kafka-broker.md and docs/guides/kafka.md, "Static group
 membership"):
 
 * **A restarted group leader.** noida-db hands a restarted static *leader* another member's partitions

@@ -32,6 +32,8 @@ from daemon.ops.metrics import (
     KAFKA_LAG,
     KAFKA_PAUSED_PARTITIONS,
     KAFKA_REBALANCES,
+    observe_kafka_commits,
+    observe_source,
 )
 from daemon.ops.pending import PENDING
 from daemon.ops.tracing import trace_context_of
@@ -142,6 +144,7 @@ class KafkaSource(Lifecycle):
         self._next_fetch: dict[TopicPartition, int] = {}
         self._data = asyncio.Event()
         self._room = asyncio.Event()
+        self._lag_due = asyncio.Event()  # set when partitions are assigned: update the lag at once
         self._tasks: list[asyncio.Task[None]] = []
         self._failure: BaseException | None = None
         self.started = False
@@ -184,6 +187,8 @@ class KafkaSource(Lifecycle):
         self._consumer = consumer
         self._failure = None
         self.started = True
+        observe_source(SOURCE_NAME)
+        observe_kafka_commits()
         for name, work in (
             ("fetch", self._fetch(consumer, committer)),
             ("commit", self._commit_loop(committer)),
@@ -459,16 +464,20 @@ class KafkaSource(Lifecycle):
         KAFKA_ASSIGNED_PARTITIONS.set(len(assigned))
         log.info("partitions assigned", partitions=sorted(f"{tp.topic}-{tp.partition}" for tp in assigned))
         self._room.set()
+        self._lag_due.set()  # the new partitions' lag series now, not a lag interval later
 
     # -- lag ---------------------------------------------------------------------------------------
 
     async def _lag_loop(self, consumer: AIOKafkaConsumer) -> None:
         while True:
+            self._lag_due.clear()
             try:
                 await self._update_lag(consumer)
             except KafkaError as exc:
                 log.warning("cannot read end offsets for the lag metric", error=repr(exc))
-            await asyncio.sleep(self.config.lag_interval_seconds)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.lag_interval_seconds):
+                    await self._lag_due.wait()
 
     async def _update_lag(self, consumer: AIOKafkaConsumer) -> None:
         partitions = sorted(consumer.assignment())

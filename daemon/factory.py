@@ -8,11 +8,15 @@ means: a config section in :class:`~daemon.config.SourcesConfig`, a module under
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from typing import Any, Final
 
 from daemon.config import Config, FolderSourceConfig, KafkaSourceConfig
 from daemon.contracts import Source
+from daemon.ops.logging import get_logger
+
+log = get_logger(__name__)
 
 
 def build_folder(section: FolderSourceConfig, config: Config) -> Source:
@@ -29,8 +33,17 @@ def build_kafka(section: KafkaSourceConfig, config: Config) -> Source:
     # Imported here: aiokafka is loaded only by daemons that read Kafka.
     from daemon.sinks.kafka import KafkaSink
     from daemon.sources.kafka import KafkaSource
+    from daemon.sources.kafka.membership import group_instance_id, why_dynamic
 
-    return KafkaSource(section, KafkaSink(section), max_input_bytes=config.limits.max_input_bytes)
+    member = group_instance_id(section, config.metrics, socket.gethostname())
+    if member is None and section.static_membership:
+        log.warning("kafka: joining as a dynamic member", reason=why_dynamic(section))
+    return KafkaSource(
+        section,
+        KafkaSink(section),
+        max_input_bytes=config.limits.max_input_bytes,
+        group_instance_id=member,
+    )
 
 
 BUILDERS: Final[dict[str, Callable[[Any, Config], Source]]] = {

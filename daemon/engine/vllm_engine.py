@@ -54,6 +54,7 @@ from daemon.engine.vllm_args import (
 )
 from daemon.errors import ConfigError, EngineDeadError, EngineError, RequestError
 from daemon.lifecycle import Lifecycle
+from daemon.ops import tracing
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import ENGINE_UP
 
@@ -80,6 +81,7 @@ def engine_args(config: EngineConfig) -> Any:
 
     kwargs = engine_kwargs(config)
     kwargs["structured_outputs_config"] = StructuredOutputsConfig(**kwargs["structured_outputs_config"])
+    kwargs.update(tracing.vllm_arguments())  # [tracing]: vLLM's llm_request spans (daemon/ops/tracing.py)
     return AsyncEngineArgs(**kwargs)
 
 
@@ -349,7 +351,12 @@ class Engine(Lifecycle):
         output = _Output(delta=params.output_kind == RequestOutputKind.DELTA)
         try:
             async for step in llm.generate(
-                TokensPrompt(prompt_token_ids=prompt_token_ids), params, request_id, priority=priority
+                TokensPrompt(prompt_token_ids=prompt_token_ids),
+                params,
+                request_id,
+                priority=priority,
+                # The request's span (daemon/ops/tracing.py) becomes vLLM's llm_request span's parent.
+                trace_headers=tracing.current_headers(),
             ):
                 if output.add(step) and on_prefilled is not None:
                     on_prefilled()

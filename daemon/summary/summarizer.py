@@ -174,7 +174,7 @@ class _DocumentRun:
                     priority=slot.priority,
                 )
             except RequestError as exc:
-                raise DocumentError("engine_error", f"the engine failed on this document: {exc}") from exc
+                raise DocumentError(exc.reason, f"the engine failed on this document: {exc}") from exc
         self.prompt_tokens += generation.prompt_tokens
         self.generated_tokens += generation.output_tokens
         self.cached_prompt_tokens += generation.cached_prompt_tokens

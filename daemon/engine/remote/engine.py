@@ -382,7 +382,7 @@ class RemoteEngine(Lifecycle):
                 if on_prefilled is not None:
                     on_prefilled()
 
-        refusals = lost = tries = 0
+        refusals = lost = unreached = tries = 0
         avoid: frozenset[str] = frozenset()
         while True:
             endpoint = self.affinity.place(document, cost, avoid=avoid)
@@ -438,7 +438,8 @@ class RemoteEngine(Lifecycle):
                     ENDPOINT_RETRIES.labels(
                         endpoint=endpoint.url, reason="down" if exc.connect else "lost"
                     ).inc()
-                    await asyncio.sleep(self.backoff.floor_seconds)
+                    unreached += 1
+                    await asyncio.sleep(self.backoff.delay(unreached - 1))
                     avoid = frozenset({endpoint.key})
                     continue
                 lost += 1

@@ -31,10 +31,13 @@ START_TIMEOUT_SECONDS = 420.0
 class VllmServer:
     """One vLLM server on a free loopback port. ``start()``, ``wait_healthy()``, ``kill()``."""
 
-    def __init__(self, name: str, model: Path, *flags: str, log_dir: Path) -> None:
+    def __init__(
+        self, name: str, model: Path, *flags: str, log_dir: Path, env: dict[str, str] | None = None
+    ) -> None:
         self.name = name
         self.model = model
         self.flags = flags
+        self.env = env or {}
         self.port = free_port()
         self.log_path = log_dir / f"vllm-{name}.log"
         # Short, outside pytest's folders: vLLM's IPC sockets go here and must fit 107 bytes.
@@ -55,6 +58,7 @@ class VllmServer:
             "VLLM_HOST_IP": "127.0.0.1",
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "TMPDIR": str(self.tmpdir),
+            **self.env,
         }
         command = [
             *(sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(self.model)),
@@ -93,6 +97,12 @@ class VllmServer:
                 return
             time.sleep(1.0)
         raise AssertionError(f"vLLM server {self.name} did not answer /health in time:\n{self.log_tail()}")
+
+    def reset_prefix_cache(self) -> None:
+        """Empty the server's prefix cache (a route only with ``VLLM_SERVER_DEV_MODE=1`` in ``env``)."""
+        request = urllib.request.Request(f"{self.url}/reset_prefix_cache", method="POST")
+        with urllib.request.urlopen(request, timeout=30) as response:
+            assert response.status == 200
 
     def metric(self, name: str) -> float:
         """The sum of a family's samples on the server's ``/metrics`` (0 when absent)."""

@@ -109,7 +109,7 @@ def child(args: argparse.Namespace) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from daemon.config import Config, EngineConfig, LimitsConfig, MetricsConfig, ServiceConfig, SummaryConfig
     from daemon.contracts import Generation, Sampling
-    from daemon.engine.vllm_engine import load_tokenizer
+    from daemon.engine.model_files import load_tokenizer
     from daemon.ops.logging import configure_logging
     from daemon.service import Service
     from daemon.sinks.folder import FolderSink

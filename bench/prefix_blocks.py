@@ -111,7 +111,7 @@ async def _pass(
 ) -> dict[str, Any]:
     from daemon.document.decode import decode_document
     from daemon.engine.admission import admission_for_engine
-    from daemon.engine.vllm_engine import load_tokenizer
+    from daemon.engine.model_files import load_tokenizer
     from daemon.records import parse_request_id
     from daemon.summary.profiles import build_profiles
     from daemon.summary.prompts import PromptKind

@@ -134,7 +134,7 @@ async def _pass(config: Any, docs: Sequence[Path], names: Sequence[str]) -> dict
     from bench._recording_engine import RecordingEngine
     from daemon.document.decode import decode_document
     from daemon.engine.admission import admission_for_engine
-    from daemon.engine.vllm_engine import load_tokenizer
+    from daemon.engine.model_files import load_tokenizer
     from daemon.records import parse_request_id
     from daemon.summary.profiles import build_profiles
     from daemon.summary.prompts import PromptKind

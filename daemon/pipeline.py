@@ -35,12 +35,13 @@ from daemon.ops.logging import get_logger
 from daemon.ops.metrics import (
     observe_failed,
     observe_profiles,
-    observe_structured_profiles,
+    observe_request_kinds,
     observe_summarized,
 )
 from daemon.records import Summary, failure_record, fallback_failure_record, result_record
 from daemon.summary.options import parse_options
 from daemon.summary.profiles import Profile
+from daemon.summary.prompts import PromptKind
 from daemon.summary.summarizer import Summarizer
 from daemon.work import WorkItem
 
@@ -71,7 +72,7 @@ class DocumentPipeline:
         self.reader = reader
         self._on_finished = on_finished
         observe_profiles(summarizer.profiles.names)
-        observe_structured_profiles(p.name for p in summarizer.profiles if p.output.schema is not None)
+        observe_request_kinds(kind.value for kind in PromptKind)
 
     async def process(self, item: WorkItem) -> str:
         """Take ``item`` to an acknowledged result or failure record; return the outcome."""

@@ -1,6 +1,10 @@
 """The records docsumd writes, in one place: their fields, their encoding, their Kafka headers.
 
 * :class:`Summary`: what summarizing one document produced (typed; metrics and records read it).
+* :class:`ResultRecord`, :class:`FailureRecord`, :class:`DeadLetterRecord`: each record's fields,
+  typed and described: the one home of the records' shape. The builders below are checked against
+  them by mypy, :func:`json_schemas` turns them into the JSON Schemas published with the docs, and
+  a test validates real records against those.
 * :func:`result_record`: the JSON object of a summarized document (result file, output message).
 * :func:`failure_record`: the JSON object of a refused or failed document (error file, dead letter).
 * :func:`dead_letter`: a failure record wrapped with the Kafka message it came from;
@@ -17,7 +21,8 @@
 How an OS file name becomes text and JSON fields (ids, ``metadata.file_name``) is
 :mod:`daemon.fs.names`' job (:func:`~daemon.fs.names.display_name`, :func:`~daemon.fs.names.name_fields`).
 
-Changing a field of a record means changing it here, and the README's "Results and failure records".
+Changing a field of a record means changing its typed record class here (then
+``python scripts/gen_docs.py`` regenerates the published schemas and the records reference).
 """
 
 from __future__ import annotations
@@ -29,10 +34,16 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Annotated, Any, Final, Literal, NotRequired, cast, get_args
+
+from pydantic import ConfigDict, Field, with_config
+from typing_extensions import TypedDict
 
 from daemon import __version__
+from daemon.document.layout import Format
+from daemon.errors import Reason
 from daemon.fs.names import is_utf8
+from daemon.typing import Strategy
 
 if TYPE_CHECKING:
     from daemon.document.decode import Document
@@ -96,6 +107,238 @@ class Summary:
         return self.dropped_tokens > 0
 
 
+# -- the records' shape: one home for every field, its type and its meaning ------------------------
+# typing_extensions' TypedDict: pydantic reads it (and its NotRequired keys) on Python 3.11.
+
+
+def _doc(description: str, **schema: Any) -> Any:
+    """A field's description (and extra JSON Schema keywords), for :func:`json_schemas`."""
+    return Field(description=description, json_schema_extra=schema or None)
+
+
+_STRATEGIES: Final = ("single", *get_args(Strategy))
+_STYLES: Final = ("prose", "bullets", "json")
+_CLOSED: Final = ConfigDict(extra="forbid")
+"""Every record object whose fields docsumd defines refuses others in its schema."""
+
+
+@with_config(_CLOSED)
+class SourceSpan(TypedDict):
+    """Where the text of one request came from."""
+
+    part: Annotated[int, _doc("The part's number, from 1 (1 for a document read in one request).")]
+    chars: Annotated[list[int], _doc("[start, end) character offsets in the document's text.")]
+    pages: NotRequired[Annotated[list[int], _doc("[first, last] page (PDF).")]]
+    section: NotRequired[Annotated[list[str], _doc("The heading path at the span's start.")]]
+    headings: NotRequired[Annotated[list[str], _doc("Headings that start inside the span.")]]
+
+
+@with_config(_CLOSED)
+class Timings(TypedDict):
+    """Seconds spent on the document."""
+
+    queued_s: Annotated[float, _doc("From intake until its first engine request was sent.")]
+    first_token_s: Annotated[float | None, _doc("vLLM's time to first token of its first request.")]
+    engine_s: Annotated[float, _doc("In the engine, all its requests.")]
+    total_s: Annotated[float, _doc("From intake to the result written.")]
+
+
+@with_config(_CLOSED)
+class FolderMetadata(TypedDict):
+    """``metadata`` of a document from the watched folder."""
+
+    file_name: Annotated[
+        str, _doc("The input's file name; undecodable bytes shown as \\xNN (then file_name_b64 is set).")
+    ]
+    file_name_b64: NotRequired[
+        Annotated[str, _doc("The name's exact bytes in base64, when they are not UTF-8.")]
+    ]
+
+
+@with_config(_CLOSED)
+class FilesMetadata(TypedDict):
+    """``metadata`` of a document given to ``docsumd summarize``."""
+
+    path: Annotated[str, _doc("The path the command was given.")]
+
+
+@with_config(_CLOSED)
+class KafkaMetadata(TypedDict):
+    """``metadata`` of a Kafka message: where it was, its key and headers (bounded copies)."""
+
+    topic: Annotated[str, _doc("The input topic.")]
+    partition: Annotated[int, _doc("Its partition.")]
+    offset: Annotated[int, _doc("Its offset.")]
+    timestamp_ms: Annotated[int | None, _doc("The message's timestamp, in ms since the epoch.")]
+    key: Annotated[str | None, _doc("The key as text (undecodable bytes replaced), at most max_key_bytes.")]
+    key_bytes: NotRequired[Annotated[int, _doc("The key's whole size, when it was cut.")]]
+    key_sha256: NotRequired[Annotated[str, _doc("The whole key's SHA-256, when it was cut.")]]
+    headers: Annotated[
+        dict[str, str | None],
+        _doc("Headers as text (null: a header without a value), at most max_header_bytes."),
+    ]
+    headers_bytes: NotRequired[Annotated[int, _doc("The headers' whole size, when some were left out.")]]
+    headers_count: NotRequired[Annotated[int, _doc("How many headers there were, when some were left out.")]]
+
+
+@with_config(_CLOSED)
+class ReducedMetadata(TypedDict, total=False):
+    """``metadata`` of a reduced dead letter (numbers and hashes only), and of a record of last resort
+    (empty)."""
+
+    partition: int
+    offset: int
+    timestamp_ms: int | None
+    key_bytes: int
+    key_sha256: str
+    headers_bytes: int
+    headers_count: int
+
+
+Metadata = FolderMetadata | KafkaMetadata | FilesMetadata | ReducedMetadata
+"""What a record says of its input's origin: one shape per source."""
+
+
+@with_config(_CLOSED)
+class ResultRecord(TypedDict):
+    """A summarized document: ``outbox/STEM.summary.json``, or a message on the output topic."""
+
+    id: Annotated[
+        str,
+        _doc(
+            "The document id: the input's file name (folder), or the message's id, else its key, else "
+            "TOPIC-PARTITION-OFFSET (Kafka)."
+        ),
+    ]
+    source: Annotated[str, _doc("Where it came from: folder, kafka, or files (docsumd summarize).")]
+    summary: Annotated[str, _doc("The summary (for a structured profile: the JSON text as generated).")]
+    structured: Annotated[
+        dict[str, Any] | None,
+        _doc(
+            "The summary as an object valid against the profile's JSON Schema (structured profiles), "
+            "else null."
+        ),
+    ]
+    model: Annotated[str, _doc("The served model's name (engine.served_model_name).")]
+    prompt_version: Annotated[
+        str, _doc("Version of the prompts' layout and docsumd's own wording, e.g. summary-v4.")
+    ]
+    profile: Annotated[str, _doc("The profile the document was summarized under.")]
+    profile_version: Annotated[
+        str, _doc("12 hex digits versioning the profile's instructions, schema and sampling.")
+    ]
+    strategy: Annotated[
+        str,
+        _doc(
+            "single (one request read everything), map_reduce (staged; nothing dropped), head or head_tail "
+            "(truncated: dropped_tokens were not read).",
+            enum=list(_STRATEGIES),
+        ),
+    ]
+    style: Annotated[str, _doc("How the summary is written.", enum=list(_STYLES))]
+    max_summary_tokens: Annotated[int, _doc("The final summary's length limit, in tokens.")]
+    truncated: Annotated[bool, _doc("Whether part of the document was not read (head, head_tail).")]
+    parts: Annotated[int, _doc("Parts the document was cut into (1: it fit one request).")]
+    depth: Annotated[int, _doc("Levels of summaries, the final one included.")]
+    requests: Annotated[int, _doc("Engine requests made for it, in all.")]
+    document_tokens: Annotated[int, _doc("The document's length in the served model's tokenizer.")]
+    dropped_tokens: Annotated[int, _doc("Document tokens not read (truncating strategies only).")]
+    prompt_tokens: Annotated[int, _doc("Prompt tokens over all its requests.")]
+    generated_tokens: Annotated[int, _doc("Generated tokens over all its requests.")]
+    summary_tokens: Annotated[int, _doc("The final summary's length in tokens.")]
+    cached_prompt_tokens: Annotated[int, _doc("Prompt tokens vLLM's prefix cache served.")]
+    finish_reason: Annotated[
+        str | None, _doc("Why the final request stopped: stop (the model ended it) or length (the limit).")
+    ]
+    sha256: Annotated[str, _doc("SHA-256 of the input bytes as received.")]
+    input_bytes: Annotated[int, _doc("The input's size in bytes.")]
+    encoding: Annotated[str, _doc("How the text was decoded (utf-8, utf-16, ...).")]
+    format: Annotated[
+        str, _doc("What the input's bytes were read as.", enum=[member.value for member in Format])
+    ]
+    extraction: Annotated[
+        dict[str, Any], _doc("What extraction recorded, e.g. pages and extractor (empty for text).")
+    ]
+    sources: Annotated[
+        list[SourceSpan], _doc("Where each request's text came from, in order: one entry per part.")
+    ]
+    metadata: Annotated[Metadata, _doc("Where the input came from (one shape per source).")]
+    timings: Timings
+    created_at: Annotated[str, _doc("When the record was made (ISO 8601, UTC).", format="date-time")]
+    docsumd_version: Annotated[str, _doc("The docsumd version that wrote it.")]
+
+
+@with_config(_CLOSED)
+class FailureRecord(TypedDict):
+    """A refused or failed document: ``failed/STEM.error.json`` (with ``summarize``:
+    ``OUTBOX/STEM.error.json``)."""
+
+    id: Annotated[str, _doc("The document id, as in a result.")]
+    source: Annotated[str, _doc("Where it came from: folder, kafka, or files.")]
+    reason: Annotated[Reason, _doc("Why it failed: a stable code (Reference: Reason codes).")]
+    message: Annotated[str, _doc("What went wrong, for people (at most 4 KiB; may quote the input).")]
+    sha256: Annotated[str | None, _doc("SHA-256 of the input bytes, when they were read.")]
+    input_bytes: Annotated[int | None, _doc("The input's size, when known.")]
+    metadata: Annotated[Metadata, _doc("Where the input came from; empty in a record of last resort.")]
+    failed_at: Annotated[str, _doc("When the record was made (ISO 8601, UTC).", format="date-time")]
+    docsumd_version: Annotated[str, _doc("The docsumd version that wrote it.")]
+    output: NotRequired[
+        Annotated[str, _doc("invalid_output only: the model's last output (at most 16 KiB).")]
+    ]
+
+
+@with_config(_CLOSED)
+class DeadLetterRecord(FailureRecord):
+    """A failure of a Kafka document: the failure record with the message it came from, on the
+    dead-letter topic. Reduced (``reduced: true``) when the whole one cannot be written: id and
+    message cut to 256 bytes, no payload, metadata with numbers and hashes only."""
+
+    topic: Annotated[str, _doc("The input topic.")]
+    partition: Annotated[int, _doc("Its partition.")]
+    offset: Annotated[int, _doc("Its offset.")]
+    payload: Annotated[
+        str | None,
+        _doc("The first dead_letter_payload_bytes of the message's value (null: no value, or reduced)."),
+    ]
+    payload_encoding: Annotated[
+        Literal["utf-8", "base64"], _doc("utf-8 text, or base64 when the value is not text.")
+    ]
+    payload_bytes: Annotated[int, _doc("The value's whole size.")]
+    payload_truncated: Annotated[bool, _doc("Whether payload holds less than the whole value.")]
+    payload_sha256: Annotated[str | None, _doc("SHA-256 of the whole value (null: no value).")]
+    reduced: Annotated[bool, _doc("Whether this is the reduced form.")]
+
+
+RECORD_TYPES: Final = {"result": ResultRecord, "failure": FailureRecord, "dead-letter": DeadLetterRecord}
+"""Every record docsumd writes, by the name its published JSON Schema carries."""
+
+
+def json_schemas() -> dict[str, dict[str, Any]]:
+    """The JSON Schema (draft 2020-12) of each record of :data:`RECORD_TYPES`, by name. Unknown fields
+    are refused in every object whose fields docsumd defines, so a record and its schema cannot drift
+    apart unnoticed."""
+    from pydantic import TypeAdapter
+
+    schemas = {}
+    for name, kind in RECORD_TYPES.items():
+        schema = TypeAdapter(kind).json_schema()
+        schemas[name] = {"$schema": "https://json-schema.org/draft/2020-12/schema", **_without_titles(schema)}
+    return schemas
+
+
+def _without_titles(node: Any) -> Any:
+    """``node`` without pydantic's generated ``title`` of each property (the names say it)."""
+    if isinstance(node, dict):
+        return {
+            key: _without_titles(value)
+            for key, value in node.items()
+            if not (key == "title" and isinstance(value, str) and "properties" not in node)
+        }
+    if isinstance(node, list):
+        return [_without_titles(value) for value in node]
+    return node
+
+
 def utc_now_iso() -> str:
     """The current time as an ISO 8601 UTC string (records carry it)."""
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -105,7 +348,7 @@ def result_record(
     document: Document, summary: Summary, *, model: str, queued_s: float, total_s: float
 ) -> Record:
     """The JSON object written for a summarized document (folder result file, Kafka message)."""
-    return {
+    record: ResultRecord = {
         "id": document.id,
         "source": document.source,
         "summary": summary.text,
@@ -133,8 +376,8 @@ def result_record(
         "encoding": document.encoding,
         "format": document.format.value,
         "extraction": document.extraction,
-        "sources": list(summary.sources),
-        "metadata": document.metadata,
+        "sources": cast("list[SourceSpan]", list(summary.sources)),
+        "metadata": cast("Metadata", document.metadata),
         "timings": {
             "queued_s": round(queued_s, 4),
             "first_token_s": None if summary.first_token_s is None else round(summary.first_token_s, 4),
@@ -144,6 +387,7 @@ def result_record(
         "created_at": utc_now_iso(),
         "docsumd_version": __version__,
     }
+    return cast(Record, record)
 
 
 def failure_record(
@@ -158,30 +402,30 @@ def failure_record(
     """The JSON object written for a refused or failed document (error file, dead letter); an
     ``invalid_output`` failure also has ``output``, the model's last output (cut to
     :data:`OUTPUT_BYTES`)."""
-    record: Record = {
+    record: FailureRecord = {
         "id": doc_id,
         "source": source,
         "reason": error.reason,
         "message": clip_text(error.message, MESSAGE_BYTES),
         "sha256": sha256,
         "input_bytes": input_bytes,
-        "metadata": metadata,
+        "metadata": cast("Metadata", metadata),
         "failed_at": utc_now_iso(),
         "docsumd_version": __version__,
     }
     if error.output is not None:
         record["output"] = clip_text(error.output, OUTPUT_BYTES)
-    return record
+    return cast(Record, record)
 
 
 def fallback_failure_record(failure: Record, problem: str) -> Record:
     """A failure record that encodes whatever ``failure`` held: its id made ASCII-safe, its reason
     kept, its message telling why the full record could not be written, and no metadata."""
     doc_id = failure.get("id")
-    return {
+    record: FailureRecord = {
         "id": doc_id if isinstance(doc_id, str) and is_utf8(doc_id) else ascii(doc_id),
         "source": str(failure.get("source", "")),
-        "reason": str(failure.get("reason", "internal_error")),
+        "reason": cast("Reason", str(failure.get("reason", "internal_error"))),
         "message": f"{failure.get('message', '')} (its full failure record could not be written: {problem})",
         "sha256": failure.get("sha256") if isinstance(failure.get("sha256"), str) else None,
         "input_bytes": failure.get("input_bytes") if isinstance(failure.get("input_bytes"), int) else None,
@@ -189,6 +433,7 @@ def fallback_failure_record(failure: Record, problem: str) -> Record:
         "failed_at": utc_now_iso(),
         "docsumd_version": __version__,
     }
+    return cast(Record, record)
 
 
 def dead_letter(

@@ -28,7 +28,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from daemon.config import Config
+from daemon.config import Config, ExtractConfig, LimitsConfig
 from daemon.contracts import (
     CachingEngine,
     EngineClient,
@@ -43,8 +43,8 @@ from daemon.document.reader import DocumentReader
 from daemon.document.sandbox import SandboxLimits
 from daemon.engine.admission import AdmissionControl, admission_for_engine, admission_limits
 from daemon.engine.byte_budget import ByteBudget, Holding
+from daemon.engine.model_files import load_tokenizer
 from daemon.engine.progress import ProgressWatch
-from daemon.engine.vllm_engine import load_tokenizer
 from daemon.errors import EngineDeadError, FatalError, SinkError
 from daemon.factory import build_engine, build_sources
 from daemon.ops.logging import get_logger
@@ -62,9 +62,9 @@ log = get_logger(__name__)
 _ENGINE_POLL_SECONDS = 2.0
 
 
-def build_reader(config: Config) -> DocumentReader:
-    """The document reader of ``config``: its ``[extract]`` limits, or no extraction when it is off."""
-    section = config.extract
+def build_reader(limits: LimitsConfig, section: ExtractConfig) -> DocumentReader:
+    """The document reader of a config's ``[limits]`` and ``[extract]``: its extraction limits, or no
+    extraction when it is off."""
     sandbox = SandboxLimits(
         workers=section.workers,
         memory_bytes=section.memory_mib * 1024 * 1024,
@@ -79,7 +79,7 @@ def build_reader(config: Config) -> DocumentReader:
         max_compression_ratio=section.max_compression_ratio,
     )
     return DocumentReader(
-        max_input_bytes=config.limits.max_input_bytes,
+        max_input_bytes=limits.max_input_bytes,
         sandbox=sandbox if section.enabled else None,
         extract=extract,
     )
@@ -125,7 +125,7 @@ class Service:
         self.config = config
         self.engine: EngineClient = engine if engine is not None else build_engine(config.engine)
         self.sources: list[Source] = sources if sources is not None else build_sources(config)
-        self.reader = reader or build_reader(config)
+        self.reader = reader or build_reader(config.limits, config.extract)
         self._tokenizer = tokenizer
         self._profiles = profiles
         self._on_finished = on_finished

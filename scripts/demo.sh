@@ -7,14 +7,14 @@
 #
 # A 135 M model writes fluent English that is often on topic and sometimes wrong (names, dates,
 # what a clause means). It shows what docsumd does with a real model; for work that matters, serve a
-# 7 B+ model on a GPU: README.md, "Running on a GPU with a real model".
+# 7 B+ model on a GPU: docs/get-started/gpu.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 cat >&2 <<'MSG'
 docsumd demo: the model is SmolLM2-135M-Instruct, real but small: fluent, often on topic, sometimes
-              wrong. For work that matters serve a 7 B+ model on a GPU (README.md, "Running on a
-              GPU with a real model").
+              wrong. For work that matters serve a 7 B+ model on a GPU
+              (docs/get-started/gpu.md).
 MSG
 bash scripts/setup-venv.sh
 .venv/bin/docsumd make-demo-model models/smollm2

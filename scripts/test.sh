@@ -8,6 +8,8 @@ cd "$(dirname "$0")/.."
 bash scripts/setup-venv.sh
 # The alerts end-to-end test runs a real Prometheus server (Debian package "prometheus").
 bash scripts/install-prometheus.sh
+# The shared summary cache's tests run real Redis servers (Debian package "redis-server").
+bash scripts/install-redis.sh
 # Two test processes (pytest-xdist; DOCSUMD_TEST_WORKERS=1 for one): the end-to-end tests wait on
 # engine start-ups and subprocesses, and two of them share 2 cores well (19 min instead of 24 here).
 # worksteal: an idle worker takes tests from the busy one, so the long ones do not end up queued.

@@ -1,17 +1,19 @@
-"""Fixtures shared by unit and end-to-end tests: the tiny and demo models, the shared corpus, a real broker.
+"""Fixtures shared by unit and end-to-end tests: the tiny and demo models, the shared corpus, a real
+broker, real Redis servers.
 
 Each exists once: unit and end-to-end tests ask for the same fixture by the same name.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.corpus import CORPUS_DIR
 from tests.kafka_broker import KafkaBroker, noida_binary
+from tests.redis_server import RedisServer, free_port, redis_binary
 
 
 @pytest.fixture(scope="session")
@@ -63,3 +65,46 @@ def kafka_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KafkaBrok
         yield broker
     finally:
         broker.down()
+
+
+def _require_redis() -> None:
+    if redis_binary() is None:
+        # A failure, not a skip: .ci/run installs it (scripts/install-redis.sh), and a skipped Redis
+        # suite in CI would pass without testing the shared cache store.
+        pytest.fail(
+            "redis-server is not installed: run scripts/install-redis.sh (Debian package redis-server)"
+        )
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RedisServer]:
+    """A redis-server (no persistence) on a free loopback port, stopped at the end of the session.
+    Shared: tests that pause, kill or restart a server take their own (``make_redis_server``)."""
+    _require_redis()
+    server = RedisServer(port=free_port(), folder=tmp_path_factory.mktemp("redis"))
+    server.up()
+    try:
+        yield server
+    finally:
+        server.down()
+
+
+@pytest.fixture
+def make_redis_server(tmp_path: Path) -> Iterator[Callable[..., RedisServer]]:
+    """Start a private redis-server (``maxmemory``, ``policy`` passed on); all stopped after the test."""
+    _require_redis()
+    servers: list[RedisServer] = []
+
+    def make(maxmemory: str | None = None, policy: str | None = None) -> RedisServer:
+        server = RedisServer(
+            port=free_port(), folder=tmp_path / f"redis-{len(servers)}", maxmemory=maxmemory, policy=policy
+        )
+        servers.append(server)
+        server.up()
+        return server
+
+    try:
+        yield make
+    finally:
+        for server in servers:
+            server.down()

@@ -207,7 +207,8 @@ _HTML_WEAK: Final = re.compile(
     r"(?=[ \t\r\n\f>/])",
     re.IGNORECASE,
 )
-_LEADING: Final = re.compile(r"(?:[ \t\r\n\f]+|<!--.*?-->|<\?xml[^>]*>)*", re.DOTALL)
+# Possessive: a greedy group repeat keeps a backtracking entry per repetition.
+_LEADING: Final = re.compile(r"(?:[ \t\r\n\f]+|<!--.*?-->|<\?xml[^>]*>)*+", re.DOTALL)
 _XHTML: Final = re.compile(r"<[a-z]+[^>]*xmlns=[\"']http://www\.w3\.org/1999/xhtml[\"']", re.IGNORECASE)
 _ANY_TAG: Final = re.compile(
     r"</?(?:html|head|body|p|div|span|a|br|h[1-6]|ul|ol|li|table|tr|td|th|b|i|em|strong|pre|code|img|"

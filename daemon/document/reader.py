@@ -25,6 +25,7 @@ from typing import Any, Final, Self
 
 from daemon.document.decode import Document, check_text, decode_document, sha256_hex
 from daemon.document.extract import text_layout
+from daemon.document.extract.markup import replace_each
 from daemon.document.formats import detect_format
 from daemon.document.layout import EXTRACTED_FORMATS, Extracted, ExtractLimits, Format
 from daemon.document.sandbox import ExtractionPool, SandboxLimits
@@ -43,7 +44,7 @@ def clean_extracted(text: str) -> str:
     """Extracted text without the control characters and lone surrogates that broken PDFs and office
     files carry (a NUL from a font's encoding is the extractor's artefact, not a corrupt input), so
     the result can always be written as UTF-8. Offsets are kept: each is replaced by a space."""
-    return _STRAY_CHARACTERS.sub(" ", text)
+    return replace_each(_STRAY_CHARACTERS, " ", text)
 
 
 class DocumentReader:

@@ -39,7 +39,7 @@ from typing import Any, Final, TypeVar
 from daemon.document import worker as protocol
 from daemon.document.extract.markup import MAX_HEADINGS, MAX_TITLE_CHARS
 from daemon.document.layout import Extracted, ExtractLimits, Format, Heading, Layout
-from daemon.errors import DocumentError
+from daemon.errors import DocumentError, Reason
 from daemon.lifecycle import Lifecycle
 from daemon.ops.logging import get_logger
 
@@ -81,7 +81,7 @@ reaches a worker (only ``PYTHONPATH``, computed)."""
 MAX_READY_BYTES: Final = 64 * 1024
 STREAM_LIMIT: Final = 1024 * 1024
 
-WORKER_REASONS: Final = frozenset(
+WORKER_REASONS: Final[frozenset[Reason]] = frozenset(
     {"encrypted", "malformed", "too_large", "no_text", "binary", "internal_error"}
 )
 """The reasons an ``error`` reply may carry: those the extractors raise

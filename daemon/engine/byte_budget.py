@@ -1,7 +1,7 @@
 """The byte budget: how many input bytes of documents may be read and in progress at once.
 
 A document's memory in the main process grows with its size (its bytes, its text, its token ids and
-the parts cut from them: ``bench/memory.py`` measures it, the README gives the sizing rule), so the
+the parts cut from them: ``bench/memory.py`` measures it, docs/guides/sizing.md gives the rule), so the
 count of documents in flight (``service.max_inflight_documents``) alone bounds nothing: 128 documents
 of 16 MiB are 2 GiB of input. :class:`ByteBudget` bounds their sum (``limits.max_inflight_bytes``):
 

@@ -38,17 +38,16 @@ import contextlib
 import gc
 import logging
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Final
 
 from daemon.config import EngineConfig
 from daemon.contracts import Generation, Sampling
 from daemon.engine import reaper
 from daemon.engine.backoff import Backoff
+from daemon.engine.model_files import check_model_files
 from daemon.engine.vllm_args import (
     VllmArguments,
     check_engine_config,
@@ -123,19 +122,6 @@ def check_platform_support(seeded_keys: Sequence[str]) -> None:
         )
 
 
-def load_tokenizer(config: EngineConfig) -> Any:
-    """The served model's own Hugging Face tokenizer (the one vLLM loads for the same config)."""
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(
-        config.tokenizer or config.model,
-        trust_remote_code=config.trust_remote_code,
-        # Documents are longer than the model on purpose: we fit them to the context ourselves, so
-        # transformers' "sequence length is longer than the maximum" warning would only be noise.
-        model_max_length=sys.maxsize,
-    )
-
-
 def sampling_params(sampling: Sampling) -> SamplingParams:
     """vLLM's sampling settings for ``sampling``."""
     from vllm import SamplingParams
@@ -199,14 +185,15 @@ class Engine(Lifecycle):
     async def start(self) -> None:
         """Build the engine (seconds to minutes: weights load, KV cache is allocated, workers start).
 
-        Raises :class:`~daemon.errors.ConfigError` for a model folder that does not exist, and
+        Raises :class:`~daemon.errors.ConfigError` for a model folder that does not exist or cannot be
+        used (:func:`~daemon.engine.model_files.check_model_files`), and
         :class:`EngineDeadError` if vLLM fails to start.
         """
         if self._llm is not None:
             return
         if self._stopped:
             raise EngineDeadError("this engine was stopped; build a new Engine to start again")
-        _check_model_path(self.config.model)
+        check_model_files(self.config)
         # Against the imported vLLM this time (check-config read its source): exit 2 naming the key.
         check_engine_config(self.config, await asyncio.to_thread(_vllm_arguments))
         # Read when scraped: 0 from the moment vLLM knows its engine is dead, not only once the
@@ -572,18 +559,6 @@ def _vllm_arguments() -> VllmArguments:
         return imported_vllm()
     except ImportError:
         return installed_vllm()
-
-
-def _check_model_path(model: str) -> None:
-    """Fail early and clearly when a local-looking model path does not exist."""
-    path = Path(model)
-    looks_local = path.is_absolute() or model.startswith((".", "~")) or model.count("/") != 1
-    if looks_local and not path.exists():
-        # A configuration problem, not a crash: restarting would not help (exit code 2, not 1).
-        raise ConfigError(
-            f"model folder {model!r} does not exist (build the demo model with "
-            "'docsumd make-tiny-model DIR', or set engine.model to a model folder or id)"
-        )
 
 
 def _freeze_startup_heap() -> None:

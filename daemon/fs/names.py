@@ -14,7 +14,7 @@ and measures them in bytes, never in characters.
 * :func:`temp_name`: the hidden temporary name of an atomic write, within the limit whatever the target.
 * :func:`display_name` / :func:`name_fields`: the one place an OS file name becomes text and JSON (ids,
   logs, a record's ``metadata``): readable text, plus the exact bytes in base64 when the name is not
-  UTF-8 (reversible, see the README). The records themselves are :mod:`daemon.records`'.
+  UTF-8 (reversible, see docs/guides/results.md). The records themselves are :mod:`daemon.records`'.
 """
 
 from __future__ import annotations

@@ -256,6 +256,58 @@ STRUCTURED_TOKENS = Counter(
     ["profile"],
 )
 
+# The summary cache (daemon/cache). Kinds: part (a request over document text), combine (over other
+# requests' outputs), document (the whole-document shortcut). Every series exists from the start.
+CACHE_KINDS = ("part", "combine", "document")
+CACHE_LOOKUPS = Counter(
+    "docsumd_cache_lookups",
+    "Summary cache lookups by kind (part, combine, document) and outcome: hit, miss, error (the store "
+    "failed or timed out, or its entry was unreadable: a miss), skipped (the store is skipped for "
+    "cache.retry_seconds after a failure: a miss at no cost).",
+    ["kind", "outcome"],
+)
+CACHE_WRITES = Counter(
+    "docsumd_cache_writes",
+    "Summary cache writes by kind and outcome: ok, error, skipped (store skipped after a failure), "
+    "too_large (over cache.max_value_bytes, not stored).",
+    ["kind", "outcome"],
+)
+CACHE_EVICTIONS = Counter(
+    "docsumd_cache_evictions",
+    "Entries the embedded store evicted (least recently used) to stay within cache.max_bytes, by kind. "
+    "A Redis server's own evictions are its evicted_keys.",
+    ["kind"],
+)
+CACHE_REUSED_TOKENS = Counter(
+    "docsumd_cache_reused_tokens",
+    "Engine tokens (prompt and generated) that cache hits stood for, by kind: work the engine did not do.",
+    ["kind"],
+)
+CACHE_STORE_BYTES = Gauge(
+    "docsumd_cache_store_bytes",
+    "Bytes the cache store uses: the SQLite file's pages in use; for Redis, the server's used_memory (all "
+    "its keys). Read every few seconds.",
+)
+CACHE_UP = Gauge(
+    "docsumd_cache_up",
+    "1 while the summary cache's store answers; 0 while it is skipped after a failure, or the cache is off.",
+)
+CACHE_SECONDS = Histogram(
+    "docsumd_cache_operation_seconds",
+    "Time of one cache store call (lookups of a batch of keys, or writes), by operation (get, put).",
+    ["operation"],
+    buckets=(0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+)
+for _kind in CACHE_KINDS:
+    for _outcome in ("hit", "miss", "error", "skipped"):
+        CACHE_LOOKUPS.labels(kind=_kind, outcome=_outcome)
+    for _outcome in ("ok", "error", "skipped", "too_large"):
+        CACHE_WRITES.labels(kind=_kind, outcome=_outcome)
+    CACHE_EVICTIONS.labels(kind=_kind)
+    CACHE_REUSED_TOKENS.labels(kind=_kind)
+for _operation in ("get", "put"):
+    CACHE_SECONDS.labels(operation=_operation)
+
 
 def observe_structured(profile: str, outcome: str, *, seconds: float, tokens: int) -> None:
     """Count one constrained final step of ``profile`` that ended ``outcome`` (valid, retried, invalid)
@@ -265,21 +317,40 @@ def observe_structured(profile: str, outcome: str, *, seconds: float, tokens: in
     STRUCTURED_TOKENS.labels(profile=profile).inc(tokens)
 
 
-def observe_structured_profiles(names: Iterable[str]) -> None:
-    """Create the structured series of every profile with a JSON schema at 0."""
+# Labelled series exist from their first use; the ones below are made at 0 at start, for the label
+# values known then, so that every metric the dashboard and the alerts query is exported before the
+# first document (a panel then shows 0, not "no data"; tests/e2e/test_dashboard_metrics.py checks it).
+
+
+def observe_profiles(names: Iterable[str]) -> None:
+    """Create every profile's series at 0, so rates and ratios exist before its first document. The
+    structured series too, for every profile: one without a schema keeps them at 0."""
     for name in names:
+        PROFILE_DOCUMENTS.labels(profile=name, outcome="ok")
+        for family in (PROFILE_PROMPT_TOKENS, PROFILE_CACHED_PROMPT_TOKENS, PROFILE_SUMMARY_TOKENS):
+            family.labels(profile=name)
         for outcome in ("valid", "retried", "invalid"):
             STRUCTURED_OUTPUTS.labels(profile=name, outcome=outcome)
         STRUCTURED_SECONDS.labels(profile=name)
         STRUCTURED_TOKENS.labels(profile=name)
 
 
-def observe_profiles(names: Iterable[str]) -> None:
-    """Create every profile's series at 0, so rates and ratios exist before its first document."""
-    for name in names:
-        PROFILE_DOCUMENTS.labels(profile=name, outcome="ok")
-        for family in (PROFILE_PROMPT_TOKENS, PROFILE_CACHED_PROMPT_TOKENS, PROFILE_SUMMARY_TOKENS):
-            family.labels(profile=name)
+def observe_request_kinds(kinds: Iterable[str]) -> None:
+    """Create the engine request counter of every kind of request at 0."""
+    for kind in kinds:
+        ENGINE_REQUESTS.labels(kind=kind)
+
+
+def observe_source(source: str) -> None:
+    """Create the documents counter of a started source at 0 (outcome ``ok``; failure reasons appear
+    with their first document)."""
+    DOCUMENTS.labels(source=source, outcome="ok")
+
+
+def observe_kafka_commits() -> None:
+    """Create the Kafka commit counter of both outcomes at 0."""
+    for outcome in ("ok", "failed"):
+        KAFKA_COMMITS.labels(outcome=outcome)
 
 
 class SummaryFigures(Protocol):

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from daemon.document.decode import read_input_file
+from daemon.ops.metrics import observe_source
 from daemon.records import Record
 from daemon.sinks.folder import FolderSink
 from daemon.work import WorkItem
@@ -37,6 +38,7 @@ class FilesSource:
     async def start(self) -> None:
         """Create the output folder."""
         await self.sink.start()
+        observe_source(SOURCE_NAME)
 
     async def stop(self) -> None:
         """Nothing to release."""

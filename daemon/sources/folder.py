@@ -2,6 +2,7 @@
 
 Every regular file directly in ``inbox`` whose name is a document's
 (:func:`~daemon.sources.inbox_names.is_candidate_name`) is a document; its name is the document id.
+Every other entry of such a name but a folder is an input too, refused unread (below).
 Files already there at start are processed first (oldest first), then new ones as watchfiles reports
 them, with a periodic rescan as a safety net for missed events.
 
@@ -13,9 +14,12 @@ Half-written inputs are never read:
 * for writers that write in place, a file is taken only once its size and modification time have
   not changed for ``settle_seconds``.
 
-A name that is not a regular file (a folder, a link, a FIFO) is not a document, but it is looked at
-again whenever the file system reports a change to it, so a regular file that later takes the name
-is picked up.
+A symbolic link, FIFO, socket or device with a document's name is never opened or followed: it is
+claimed like a file (a rename moves the entry itself), refused as ``not_regular`` when it is read,
+and moved, itself, to ``failed/`` beside its failure record, so that nothing sits in the inbox
+unexplained. A folder is not a document and is never entered or moved; it is looked at again
+whenever the file system reports a change to it, so a regular file that later takes the name is
+picked up.
 
 Claiming (:mod:`daemon.sources.claims`): a settled file is first moved, by one atomic rename, into
 its own folder in the private work folder, with the options sidecar that applies. Only then is it
@@ -60,7 +64,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
 from pathlib import Path
-from stat import S_ISREG
+from stat import S_ISDIR
 from typing import Final, TypeVar
 
 from daemon.config import FolderSourceConfig
@@ -72,7 +76,7 @@ from daemon.fs.safe_read import NotRegularFileError, read_bounded, read_regular_
 from daemon.lifecycle import Lifecycle
 from daemon.ops.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
 from daemon.ops.logging import get_logger
-from daemon.ops.metrics import observe_failed
+from daemon.ops.metrics import observe_failed, observe_source
 from daemon.records import Record, failure_record
 from daemon.sinks.folder import FolderSink
 from daemon.sources.claims import Claim, WorkFolder
@@ -195,6 +199,7 @@ class FolderSource(Lifecycle):
         self._watcher = asyncio.create_task(self._watch(), name="folder-watch")
         self._watcher.add_done_callback(self._watcher_done)
         self.started = True
+        observe_source(SOURCE_NAME)
         log.info("folder source started", inbox=str(self.config.inbox), backlog=self.backlog)
 
     async def open_folders(self) -> None:
@@ -356,8 +361,9 @@ class FolderSource(Lifecycle):
             self._add(name)
 
     def _list_inbox(self) -> list[tuple[int, str]]:
-        """``(mtime_ns, name)`` of every regular file in the inbox with a document's name, as a heap
-        (I/O thread)."""
+        """``(mtime_ns, name)`` of every entry in the inbox with a document's name but folders (links,
+        FIFOs, sockets and devices are claimed to be refused as ``not_regular``), as a heap (I/O
+        thread)."""
         found: list[tuple[int, str]] = []
         with self.inbox.scandir() as entries:
             for entry in entries:
@@ -367,7 +373,7 @@ class FolderSource(Lifecycle):
                 if entry.name in self._known or not is_candidate_name(entry.name):
                     continue
                 with contextlib.suppress(FileNotFoundError):
-                    if entry.is_file(follow_symlinks=False):
+                    if not entry.is_dir(follow_symlinks=False):
                         found.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
         heapq.heapify(found)
         return found
@@ -458,9 +464,10 @@ class FolderSource(Lifecycle):
         async for name, found in _in_slices(zip(names, stats, strict=True)):
             if name not in self._settling:  # gone while the loop had its turn
                 continue
-            if found is None or not S_ISREG(found[0]):
-                # Gone, or not a document (a folder, link or FIFO): forgotten, so that a later event
-                # for the name (a regular file taking it) or a rescan finds it again.
+            if found is None or S_ISDIR(found[0]):
+                # Gone, or a folder (never a document): forgotten, so that a later event for the name
+                # (a regular file taking it) or a rescan finds it again. Links, FIFOs, sockets and
+                # devices settle like files, to be claimed and refused as not_regular.
                 del self._settling[name]
                 self._known.discard(name)
                 continue

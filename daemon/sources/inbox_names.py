@@ -11,7 +11,7 @@ A name is a document unless it is
   ``*.kate-swp`` (Kate), ``*.bak`` (backups);
 * an options sidecar: ``*.options.json``.
 
-The list is :data:`IGNORED_PREFIXES` and :data:`IGNORED_SUFFIXES` (plus ``#x#``), and the README's
+The list is :data:`IGNORED_PREFIXES` and :data:`IGNORED_SUFFIXES` (plus ``#x#``), and docs/guides/folder.md's
 "The watched folder" repeats it.
 """
 

@@ -415,7 +415,7 @@ def build_profiles(
     config: Config, tokenizer: ChatTokenizer, *, cache_block_tokens: int | None = None
 ) -> Profiles:
     """Every profile of ``config`` (:func:`resolve_profiles`, with its checks) with the served model's
-    ``tokenizer`` (from :func:`daemon.engine.vllm_engine.load_tokenizer`). Raises
+    ``tokenizer`` (from :func:`daemon.engine.model_files.load_tokenizer`). Raises
     :class:`~daemon.errors.ConfigError` naming the profile and the key to change if the budget of one
     cannot work; call it before the engine starts, and again with the engine's KV block size
     (``cache_block_tokens``) once it runs, so that prompt prefixes fill whole blocks."""

@@ -18,8 +18,13 @@ turns into exit 2 naming ``profiles.NAME.json_schema_file``):
 3. its root is an object, and its longest valid output is bounded (:func:`longest_output_chars`):
    every string has ``maxLength`` (or ``enum``/``const``), every array ``maxItems`` and ``items``,
    every object ``additionalProperties: false``; ``pattern``, ``format``, ``patternProperties``,
-   ``allOf`` and recursive ``$ref`` are refused, since neither the bound nor the grammar can follow
-   them (xgrammar ignores ``maxLength`` beside ``pattern``);
+   ``allOf``, the keywords the grammar ignores (``not``, ``if``... in ``_REFUSED``) and recursive
+   ``$ref`` are refused, since neither the bound nor the grammar can follow them (xgrammar ignores
+   ``maxLength`` beside ``pattern``). Each ``$ref`` target is measured once, however often it is used,
+   so the check takes time in proportion to the file. Validating the longest output may apply at most
+   :data:`MAX_SCHEMA_CHECKS` subschemas, and the prompt's list of fields (:func:`output_hint`) is at
+   most :data:`MAX_HINT_CHARS` characters: a few KB of definitions that refer to each other level
+   after level expand exponentially, and are refused here instead of stalling every output;
 4. with the xgrammar backend, xgrammar compiles it into a grammar (:func:`check_backend`; other
    backends compile it on the first request);
 5. its longest output fits the profile's summary length at :data:`CHARS_PER_TOKEN` characters a token
@@ -37,9 +42,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final, Protocol
+from typing import TYPE_CHECKING, Any, Final, NamedTuple, Protocol
 
 import jsonschema
 from jsonschema.exceptions import SchemaError, best_match
@@ -72,13 +78,43 @@ _DRAFTS: Final[dict[str, type[Any]]] = {
     "https://json-schema.org/draft/2020-12/schema": jsonschema.Draft202012Validator,
     "http://json-schema.org/draft-07/schema": jsonschema.Draft7Validator,
 }
+MAX_SCHEMA_CHECKS: Final = 100_000
+"""The most subschemas that validating a schema's longest output may apply
+(:attr:`SchemaMeasure.checks`). Every structured output is validated (in Python, off the event loop
+but holding the interpreter lock), and the prompt's field list follows the same expansion: a small
+file whose ``$defs`` refer to each other level after level expands exponentially, and is refused at
+start instead."""
+MAX_HINT_CHARS: Final = 256 << 10
+"""The longest list of fields (:func:`field_lines`) a schema may give the final prompt, in characters;
+descriptions repeated by shared ``$defs`` could otherwise make it larger than any context."""
 _MAX_DEPTH: Final = 32
+_NOT_FOLLOWED: Final = "is not supported: the grammar does not follow it (write the schema out)"
 _REFUSED: Final = {
     "pattern": "pattern is not supported (xgrammar ignores maxLength beside it, so the output cannot be "
     "bounded); use maxLength or enum",
     "format": "format is not supported (the output cannot be bounded); use maxLength or enum",
     "patternProperties": "patternProperties is not supported (the output cannot be bounded)",
     "allOf": "allOf is not supported; write the schema out",
+    # Subschemas that validation applies beside the ones the bound follows, and that the grammar
+    # ignores: the output would not be held to them, and their cost is not counted.
+    **{
+        keyword: f"{keyword} {_NOT_FOLLOWED}"
+        for keyword in (
+            "not",
+            "if",
+            "then",
+            "else",
+            "dependentSchemas",
+            "dependencies",
+            "contains",
+            "propertyNames",
+            "unevaluatedProperties",
+            "unevaluatedItems",
+            "additionalItems",
+            "$dynamicRef",
+            "$recursiveRef",
+        )
+    },
 }
 
 
@@ -166,16 +202,14 @@ class SchemaOutput:
     longest_chars: int
     """The longest valid output, compact, in characters (:func:`longest_output_chars`)."""
     validator: Any = dataclasses.field(repr=False, compare=False)
+    hint: str = dataclasses.field(repr=False)
+    """What the final request asks for after the text (:func:`output_hint`)."""
     attempts: int = 2
 
     @property
     def text(self) -> str:
         """The schema as compact JSON: what the engine is asked to follow."""
         return json.dumps(self.schema, ensure_ascii=False, separators=(",", ":"), sort_keys=False)
-
-    @property
-    def hint(self) -> str:
-        return OUTPUT_HINT + "\n".join(field_lines(skeleton(self.schema)))
 
     @property
     def min_tokens(self) -> int:
@@ -240,8 +274,9 @@ def load_schema(path: Path, *, backend: str) -> SchemaOutput:
     schema = read_schema_file(path)
     validator = checked_validator(schema)
     longest = longest_output_chars(schema)
+    hint = output_hint(schema)
     check_backend(schema, backend)
-    return SchemaOutput(schema=schema, longest_chars=longest, validator=validator)
+    return SchemaOutput(schema=schema, longest_chars=longest, validator=validator, hint=hint)
 
 
 def read_schema_file(path: Path) -> dict[str, Any]:
@@ -284,20 +319,54 @@ def checked_validator(schema: dict[str, Any]) -> Any:
 
 def longest_output_chars(schema: dict[str, Any]) -> int:
     """The length in characters of the longest compact JSON instance of ``schema`` the grammar allows
-    (check 3: see the module's doc); SchemaProblem naming the place if it is unbounded or uses what the
-    bound cannot follow. Strings count ``maxLength`` characters and their quotes (xgrammar's grammar of
-    a string with ``maxLength`` writes no escapes); numbers :data:`NUMBER_CHARS`."""
+    (check 3: see the module's doc); SchemaProblem naming the place if it is unbounded, uses what the
+    bound cannot follow, or takes more than :data:`MAX_SCHEMA_CHECKS` to validate. Strings count
+    ``maxLength`` characters and their quotes (xgrammar's grammar of a string with ``maxLength`` writes
+    no escapes); numbers :data:`NUMBER_CHARS`."""
+    return measure_schema(schema).chars
+
+
+def measure_schema(schema: dict[str, Any]) -> SchemaMeasure:
+    """``schema``'s longest output, the subschemas validating it applies, and its depth (check 3);
+    SchemaProblem as :func:`longest_output_chars` says. Each ``$ref`` target is measured once."""
     if schema.get("type") != "object":
         raise SchemaProblem('the root must be an object ("type": "object")')
-    return _Bound(schema).chars(schema, "", 0)
+    return _Bound(schema).measure(schema, "", 0)
+
+
+class SchemaMeasure(NamedTuple):
+    """What check 3 finds of a (sub)schema."""
+
+    chars: int
+    """Its longest valid output, compact, in characters."""
+    checks: int
+    """How many subschemas validating that output applies, at most: every ``anyOf``/``oneOf`` branch
+    is tried, every array item checked; each ``$ref`` counts its target's again."""
+    height: int
+    """How many levels of subschemas lie below it."""
+
+
+def _leaf(chars: int) -> SchemaMeasure:
+    return SchemaMeasure(chars=chars, checks=1, height=0)
 
 
 class _Bound:
     def __init__(self, root: dict[str, Any]) -> None:
         self._root = root
         self._resolving: list[str] = []
+        self._measured: dict[str, SchemaMeasure] = {}  # $ref -> its target's measure
 
-    def chars(self, node: Any, where: str, depth: int) -> int:
+    def measure(self, node: Any, where: str, depth: int) -> SchemaMeasure:
+        found = self._measure(node, where, depth)
+        if found.checks > MAX_SCHEMA_CHECKS:
+            raise SchemaProblem(
+                f"{where or '(root)'}: validating one output would apply {found.checks:,} subschemas "
+                f"(more than {MAX_SCHEMA_CHECKS:,}): $refs used at level after level, anyOf/oneOf "
+                "branches and maxItems multiply; flatten or shrink the schema"
+            )
+        return found
+
+    def _measure(self, node: Any, where: str, depth: int) -> SchemaMeasure:
         at = where or "(root)"
         if depth > _MAX_DEPTH:
             raise SchemaProblem(f"{at}: nested more than {_MAX_DEPTH} levels")
@@ -309,86 +378,144 @@ class _Bound:
         if "$ref" in node:
             return self._ref(node["$ref"], where, depth)
         if "const" in node:
-            return _compact_len(node["const"])
+            return _leaf(_compact_len(node["const"]))
         if "enum" in node:
-            return max((_compact_len(value) for value in node["enum"]), default=0)
+            return _leaf(max((_compact_len(value) for value in node["enum"]), default=0))
         for keyword in ("anyOf", "oneOf"):
             if keyword in node:
-                return max(
-                    self.chars(branch, f"{where}/{keyword}/{i}", depth + 1)
+                branches = [
+                    self.measure(branch, f"{where}/{keyword}/{i}", depth + 1)
                     for i, branch in enumerate(node[keyword])
+                ]
+                return SchemaMeasure(
+                    chars=max(branch.chars for branch in branches),
+                    checks=1 + sum(branch.checks for branch in branches),
+                    height=1 + max(branch.height for branch in branches),
                 )
         kinds = node.get("type")
         if kinds is None:
             raise SchemaProblem(f"{at}: give a type (or enum, const, anyOf, oneOf, $ref)")
-        return max(self._typed(kind, node, where, depth) for kind in _as_list(kinds))
+        typed = [self._typed(kind, node, where, depth) for kind in _as_list(kinds)]
+        return SchemaMeasure(
+            chars=max(found.chars for found in typed),
+            checks=max(found.checks for found in typed),
+            height=max(found.height for found in typed),
+        )
 
-    def _typed(self, kind: str, node: dict[str, Any], where: str, depth: int) -> int:
+    def _typed(self, kind: str, node: dict[str, Any], where: str, depth: int) -> SchemaMeasure:
         at = where or "(root)"
         if kind == "string":
             if "maxLength" not in node:
                 raise SchemaProblem(f"{at}: a string needs maxLength (or enum) to bound the output")
-            return int(node["maxLength"]) + 2
+            return _leaf(int(node["maxLength"]) + 2)
         if kind == "integer" and "minimum" in node and "maximum" in node:
-            return max(len(str(int(node["minimum"]))), len(str(int(node["maximum"]))))
+            return _leaf(max(len(str(int(node["minimum"]))), len(str(int(node["maximum"])))))
         if kind in ("number", "integer"):
-            return NUMBER_CHARS
+            return _leaf(NUMBER_CHARS)
         if kind == "boolean":
-            return len("false")
+            return _leaf(len("false"))
         if kind == "null":
-            return len("null")
+            return _leaf(len("null"))
         if kind == "array":
             return self._array(node, where, depth)
         return self._object(node, where, depth)
 
-    def _array(self, node: dict[str, Any], where: str, depth: int) -> int:
+    def _array(self, node: dict[str, Any], where: str, depth: int) -> SchemaMeasure:
         at = where or "(root)"
         if "maxItems" not in node or "items" not in node or "prefixItems" in node:
             raise SchemaProblem(f"{at}: an array needs items and maxItems (prefixItems is not supported)")
         count = int(node["maxItems"])
-        item = self.chars(node["items"], f"{where}/items", depth + 1) if count else 0
-        return 2 + count * item + max(0, count - 1)
+        if not count:
+            return _leaf(2)
+        item = self.measure(node["items"], f"{where}/items", depth + 1)
+        return SchemaMeasure(
+            chars=2 + count * item.chars + count - 1,
+            checks=1 + count * item.checks,
+            height=1 + item.height,
+        )
 
-    def _object(self, node: dict[str, Any], where: str, depth: int) -> int:
+    def _object(self, node: dict[str, Any], where: str, depth: int) -> SchemaMeasure:
         at = where or "(root)"
         if node.get("additionalProperties") is not False:
             raise SchemaProblem(f'{at}: an object needs "additionalProperties": false to bound the output')
         properties = node.get("properties", {})
         members = [
-            _compact_len(name) + 1 + self.chars(value, f"{where}/properties/{name}", depth + 1)
+            (name, self.measure(value, f"{where}/properties/{name}", depth + 1))
             for name, value in properties.items()
         ]
-        return 2 + sum(members) + max(0, len(members) - 1)
+        return SchemaMeasure(
+            chars=2
+            + sum(_compact_len(name) + 1 + found.chars for name, found in members)
+            + max(0, len(members) - 1),
+            checks=1 + sum(found.checks for _, found in members),
+            height=1 + max((found.height for _, found in members), default=-1),
+        )
 
-    def _ref(self, ref: Any, where: str, depth: int) -> int:
+    def _ref(self, ref: Any, where: str, depth: int) -> SchemaMeasure:
         at = where or "(root)"
         prefix = next((p for p in ("#/$defs/", "#/definitions/") if str(ref).startswith(p)), None)
         if prefix is None:
             raise SchemaProblem(f"{at}: $ref {ref!r}: only #/$defs/NAME and #/definitions/NAME are supported")
         if ref in self._resolving:
             raise SchemaProblem(f"{at}: $ref {ref!r} is recursive: the output cannot be bounded")
-        target = self._root.get(prefix[2:-1], {}).get(ref[len(prefix) :])
+        target = self._measured.get(ref)
         if target is None:
-            raise SchemaProblem(f"{at}: $ref {ref!r} names nothing in the schema")
-        self._resolving.append(ref)
-        try:
-            return self.chars(target, str(ref)[1:], depth + 1)
-        finally:
-            self._resolving.pop()
+            found = self._root.get(prefix[2:-1], {}).get(ref[len(prefix) :])
+            if found is None:
+                raise SchemaProblem(f"{at}: $ref {ref!r} names nothing in the schema")
+            self._resolving.append(ref)
+            try:
+                target = self.measure(found, str(ref)[1:], depth + 1)
+            finally:
+                self._resolving.pop()
+            self._measured[ref] = target
+        elif depth + 1 + target.height > _MAX_DEPTH:
+            # Measured before at a shallower place: its deepest level is too deep here.
+            raise SchemaProblem(f"{at}: nested more than {_MAX_DEPTH} levels (through $ref {ref!r})")
+        return SchemaMeasure(chars=target.chars, checks=target.checks, height=1 + target.height)
+
+
+def output_hint(schema: dict[str, Any]) -> str:
+    """What the final request asks for after the text: :data:`OUTPUT_HINT` and the schema's fields
+    (:func:`field_lines` of its :func:`skeleton`); SchemaProblem if that would be longer than
+    :data:`MAX_HINT_CHARS` characters."""
+    lines: list[str] = []
+    size = len(OUTPUT_HINT)
+    for line in _lines(skeleton(schema), ""):
+        size += len(line) + 1
+        if size > MAX_HINT_CHARS:
+            raise _hint_too_long()
+        lines.append(line)
+    return OUTPUT_HINT + "\n".join(lines)
+
+
+def _hint_too_long() -> SchemaProblem:
+    return SchemaProblem(
+        f"its list of fields for the prompt would be longer than {MAX_HINT_CHARS:,} characters "
+        "(names and descriptions, repeated wherever a $ref is used); shorten or flatten the schema"
+    )
 
 
 def skeleton(schema: dict[str, Any]) -> Any:
     """The shape of ``schema``'s instances, for the prompt: each object with its properties, each list
     with one item, each string its ``description`` (else its name), numbers 0, booleans false, an enum
-    its values joined with ``|``. Shorter than the schema, and what a small model follows best."""
+    its values joined with ``|``. Shorter than the schema, and what a small model follows best.
+    SchemaProblem if it would take more than :data:`MAX_HINT_CHARS` characters to write out."""
     return _Shape(schema).of(schema, "value", 0)
 
 
 class _Shape:
     def __init__(self, root: dict[str, Any]) -> None:
         self._root = root
+        self._left = MAX_HINT_CHARS  # every node, name and text spends from it
+
+    def _spend(self, chars: int) -> None:
+        self._left -= chars
+        if self._left < 0:
+            raise _hint_too_long()
 
     def of(self, node: Any, name: str, depth: int) -> Any:
+        self._spend(1)
         if not isinstance(node, dict) or depth > _MAX_DEPTH:
             return name
         ref = node.get("$ref")
@@ -396,15 +523,22 @@ class _Shape:
             section, _, key = ref[2:].partition("/")
             return self.of(self._root.get(section, {}).get(key), name, depth + 1)
         if "const" in node:
+            self._spend(_compact_len(node["const"]))
             return node["const"]
         if "enum" in node:
-            return "|".join(str(value) for value in node["enum"])
+            text = "|".join(str(value) for value in node["enum"])
+            self._spend(len(text))
+            return text
         for keyword in ("anyOf", "oneOf"):
             if node.get(keyword):
                 return self.of(node[keyword][0], name, depth + 1)
         kind = _as_list(node.get("type", "string"))[0]
         if kind == "object":
-            return {key: self.of(value, key, depth + 1) for key, value in node.get("properties", {}).items()}
+            shape = {}
+            for key, value in node.get("properties", {}).items():
+                self._spend(len(key))
+                shape[key] = self.of(value, key, depth + 1)
+            return shape
         if kind == "array":
             return [self.of(node.get("items"), name, depth + 1)]
         if kind in ("number", "integer"):
@@ -413,21 +547,30 @@ class _Shape:
             return False
         if kind == "null":
             return None
-        return str(node.get("description") or name)
+        text = str(node.get("description") or name)
+        self._spend(len(text))
+        return text
 
 
 def field_lines(shape: Any, path: str = "") -> list[str]:
     """``- path: description`` for each leaf of a :func:`skeleton` (``parties[].name``). Said as a list,
     not as an example object: SmolLM2-135M copied an example's placeholder texts into its answers."""
+    return list(_lines(shape, path))
+
+
+def _lines(shape: Any, path: str) -> Iterator[str]:
+    # One line at a time: a caller stops once the lines are too long (a skeleton shares its
+    # subtrees' names along many paths).
     if isinstance(shape, dict):
-        return [
-            line for key, value in shape.items() for line in field_lines(value, f"{path}.{key}".strip("."))
-        ]
-    if isinstance(shape, list) and shape:
+        for key, value in shape.items():
+            yield from _lines(value, f"{path}.{key}".strip("."))
+    elif isinstance(shape, list) and shape:
         if isinstance(shape[0], dict | list):
-            return field_lines(shape[0], f"{path}[]")
-        return [f"- {path}: a list, each item {shape[0]}"]
-    return [f"- {path}: {shape}"]
+            yield from _lines(shape[0], f"{path}[]")
+        else:
+            yield f"- {path}: a list, each item {shape[0]}"
+    else:
+        yield f"- {path}: {shape}"
 
 
 def _as_list(value: Any) -> list[str]:

@@ -111,7 +111,10 @@ class _DocumentRun:
             )
             self.final_tokens += generation.output_tokens
             try:
-                accepted = output.accept(generation, tidy)
+                if output.schema is None:
+                    accepted = output.accept(generation, tidy)
+                else:  # validation is bounded (MAX_SCHEMA_CHECKS), not cheap: off the event loop
+                    accepted = await asyncio.to_thread(output.accept, generation, tidy)
             except InvalidOutput as exc:
                 problems.append(str(exc))
                 continue

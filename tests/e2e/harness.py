@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tests.corpus import CORPUS_DIR
+from tests.record_schemas import assert_valid
 
 if TYPE_CHECKING:
     from tests.kafka_broker import KafkaBroker, Topics
@@ -165,11 +166,15 @@ class Layout:
         return self.inputs_in(self.inbox) | self.inputs_in_work()
 
     def result(self, name: str) -> dict[str, Any]:
+        """The result record of ``name``, checked against its published JSON Schema."""
         data: dict[str, Any] = json.loads((self.outbox / f"{name}.summary.json").read_text(encoding="utf-8"))
+        assert_valid(data, "result")
         return data
 
     def error(self, name: str) -> dict[str, Any]:
+        """The failure record of ``name``, checked against its published JSON Schema."""
         data: dict[str, Any] = json.loads((self.failed / f"{name}.error.json").read_text(encoding="utf-8"))
+        assert_valid(data, "failure")
         return data
 
 

@@ -2,12 +2,13 @@
 
 One daemon run gets, together with ordinary documents, every folder input that used to take the
 service down or leak: a 240-byte and a 250-byte name, a name that is not UTF-8, a FIFO sidecar, a
-symlink to a file outside the inbox (and a sidecar symlink to a JSON file outside it, and files swapped
-for such a link as they settle), ``p`` and ``p.error.json`` that both fail, a name reused after its
-first file was done, and editors' lock and backup files. It shows: the daemon stays up and healthy;
-every input ends with a result or a failure record that names it exactly; nothing outside the inbox
-is read; every input's bytes are in ``done/`` or ``failed/``, nothing overwritten; and a restart is
-clean (nothing redone, nothing left in flight).
+symlink to a file outside the inbox (refused as ``not_regular`` and moved, itself, to ``failed/``;
+it used to stay in the inbox with no record), a sidecar symlink to a JSON file outside it, files
+swapped for such a link as they settle, ``p`` and ``p.error.json`` that both fail, a name reused
+after its first file was done, and editors' lock and backup files. It shows: the daemon stays up
+and healthy; every input ends with a result or a failure record that names it exactly; nothing
+outside the inbox is read; every input's bytes are in ``done/`` or ``failed/``, nothing
+overwritten; and a restart is clean (nothing redone, nothing left in flight).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
+from tests.record_schemas import assert_valid
 
 pytestmark = pytest.mark.engine
 
@@ -47,6 +49,7 @@ def _records(folder: Path, suffix: str) -> dict[bytes, list[dict[str, Any]]]:
     for path in sorted(folder.iterdir()):
         if path.name.endswith(suffix) and path.is_file():
             record = json.loads(path.read_bytes())
+            assert_valid(record, "result" if suffix == ".summary.json" else "failure")
             metadata = record["metadata"]
             raw = (
                 base64.b64decode(metadata["file_name_b64"])
@@ -108,7 +111,8 @@ def test_poison_inputs_leave_the_daemon_up_and_every_input_accounted_for(
     wait_for(lambda: "again.txt" in layout.inputs_in(layout.done), 120, "the first again.txt")
     again_2 = _text(corpus, "legal-debian-social-contract.txt", "five, second version")
     drop_file(layout.inbox, "again.txt", again_2)
-    everything = set(good) | set(bad)
+    swapped = {f"swap-{number}.txt" for number in range(len(SWAP_DELAYS))}
+    everything = set(good) | set(bad) | {"link-to-secret.txt"} | swapped
     wait_for(lambda: not (everything & layout.pending()), 120, "every input to be settled")
     wait_for(lambda: "again.txt~2" in layout.inputs_in(layout.done), 60, "the second again.txt")
     wait_for(lambda: not layout.inputs_in_work(), 60, "the swapped files to settle")
@@ -147,9 +151,16 @@ def test_poison_inputs_leave_the_daemon_up_and_every_input_accounted_for(
     assert "symbolic link" in failures[b"linked-options.txt"][0]["message"]
     for name in ("fifo-options.txt", "linked-options.txt"):
         assert (layout.failed / name).read_bytes() == bad[name][0]
-    # Swapped files: summarized as themselves, refused as links (not_regular), or never taken.
-    for number in range(len(SWAP_DELAYS)):
-        raw = f"swap-{number}.txt".encode()
+    # A link dropped in: refused unread (not_regular), the link itself moved to failed/.
+    (link_failure,) = failures[b"link-to-secret.txt"]
+    assert (link_failure["reason"], link_failure["sha256"]) == ("not_regular", None)
+    assert "symbolic link" in link_failure["message"]
+    assert (layout.failed / "link-to-secret.txt").is_symlink()
+    # Swapped files: summarized as themselves, or refused as links (not_regular); a file claimed
+    # before its swap is summarized, and the link that then took its name refused: both recorded.
+    for name in swapped:
+        raw = name.encode()
+        assert results.get(raw) or failures.get(raw), name  # never left in the inbox unrecorded
         for failure in failures.get(raw, []):
             assert failure["reason"] == "not_regular"
             assert failure["sha256"] is None
@@ -159,10 +170,10 @@ def test_poison_inputs_leave_the_daemon_up_and_every_input_accounted_for(
     assert secret_sha.encode() not in written
     assert b"private_key_field" not in written
     assert SECRET not in _contents(layout.done) + _contents(layout.failed)
-    # Ignored and non-regular names are left where they are, untouched.
+    # Ignored names are left where they are, untouched; the links' target too.
     for name in IGNORED:
         assert (layout.inbox / name).read_bytes() == b"an editor's file\n"
-    assert (layout.inbox / "link-to-secret.txt").is_symlink()
+    assert not (layout.inbox / "link-to-secret.txt").is_symlink()
     assert (outside / "secret.txt").read_bytes() == SECRET
 
     # Stop, start again: clean both times, nothing redone, nothing left in flight.

@@ -43,6 +43,7 @@ from tests.kafka_broker import (
     produce_forged_batch,
     read_all,
 )
+from tests.record_schemas import assert_valid
 
 pytestmark = [pytest.mark.kafka]
 
@@ -125,6 +126,10 @@ def test_hostile_records_each_end_with_a_record_and_the_daemon_stays_up(
 
     results, letters = records()
     assert len(results) + len(letters) == len(messages)  # exactly one each
+    for record in results:
+        assert_valid(json.loads(record.value), "result")
+    for record in letters:
+        assert_valid(json.loads(record.value), "dead-letter")
     outcome: dict[int, str] = {}
     for record in results:
         outcome[json.loads(record.value)["metadata"]["offset"]] = "ok"

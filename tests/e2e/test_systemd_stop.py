@@ -14,7 +14,7 @@ vLLM's EngineCore included. The engine's processes leave SIGINT to the main proc
 (:mod:`daemon.engine.vllm_engine`), so this drains too.
 
 Real engine, tiny model, documents from the shared corpus. Prints the stop time with the number of
-documents in flight (the README's Operations section quotes it).
+documents in flight (docs/operations/proven.md quotes it).
 """
 
 from __future__ import annotations

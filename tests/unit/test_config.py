@@ -348,9 +348,13 @@ def test_require_source_with_folder_section_passes(example_config: Path) -> None
 
 
 def test_check_config_prints_effective_config_as_json(
-    example_config: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    example_config: Path,
+    tiny_model: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     monkeypatch.setenv("DOCSUMD_ENGINE__MAX_MODEL_LEN", "8192")
+    monkeypatch.setenv("DOCSUMD_ENGINE__MODEL", str(tiny_model))  # check-config loads its tokenizer
     assert main(["check-config", str(example_config)]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert printed["engine"]["max_model_len"] == 8192

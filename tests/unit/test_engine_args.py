@@ -35,7 +35,10 @@ BENCH_CONFIGS = Path(__file__).resolve().parents[2] / "bench" / "configs"
 
 
 def _config(tmp_path: Path, engine: str) -> Path:
-    return config_file(tmp_path, f'[engine]\nmodel = "some-org/some-model"\n{textwrap.dedent(engine)}')
+    """An [engine] section of ``engine``'s lines (a model id unless they set ``model``)."""
+    lines = textwrap.dedent(engine)
+    model = "" if "model = " in lines else 'model = "some-org/some-model"\n'
+    return config_file(tmp_path, f"[engine]\n{model}{lines}")
 
 
 # -- the checks, as every command runs them (load_checked_config: exit 2) -------------------------
@@ -323,11 +326,12 @@ async def test_the_engine_checks_its_arguments_against_the_imported_vllm_before_
 
 
 def test_check_config_prints_the_engine_settings_and_what_checked_them(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = _config(
         tmp_path,
-        """
+        f"""
+        model = "{tiny_model}"
         quantization = "fp8"
         kv_cache_dtype = "fp8"
         [engine.speculative]

@@ -293,3 +293,83 @@ def test_output_limit() -> None:
 def test_control_characters_do_not_break_the_reader() -> None:
     page = b"<p>a\x00b\x01c<script>x</script>\x0b tail\x7f</p>"
     assert extract_html(page, LIMITS).text == "a b c tail"
+
+
+def test_removing_many_siblings_takes_time_linear_in_them() -> None:
+    # The page: 300,000 <img> siblings. Each removal used to add its tail to the text before
+    # it, copying that text each time (a minute of CPU; bench/RESULTS.md).
+    page = b"<html><body><p>text " + b"<img>\n" * 300_000 + b"</p></body></html>"
+    started = time.process_time()
+    assert extract_html(page, LIMITS).text == "text"
+    assert time.process_time() - started < 8
+
+
+def test_removed_elements_leave_their_tails_in_order() -> None:
+    page = (
+        b"<div>a<script>x</script>b<img>c<span>d</span><img>e<button>f</button><img></div>"
+        b"<p hidden>g</p>h<p>i<img>j</p>"
+    )
+    assert extract_html(page, LIMITS).text == "abcde\n\nh\n\nij"
+
+
+@pytest.mark.parametrize(
+    "label",
+    [
+        "punycode",
+        "idna",
+        "undefined",
+        "base64",
+        "rot13",
+        "uu",
+        "hex",
+        "zlib",
+        "unicode_escape",
+        "cp037",
+        "utf-7",
+    ],
+)
+def test_a_declared_charset_that_is_no_web_encoding_is_ignored(label: str) -> None:
+    # Python's codecs decode with all of these (or raise other errors than a decoding error:
+    # punycode, idna and undefined ended as internal_error); browsers know none of them.
+    page = f'<meta charset="{label}"><p>caf\u00e9 a-b \\x41</p>'.encode()
+    assert decode_html(page)[1:] == ("utf-8", {})
+    assert extract_html(page, LIMITS).text == "caf\u00e9 a-b \\x41"
+
+
+@pytest.mark.parametrize(
+    ("label", "encoding"),
+    [
+        ("windows-874", "cp874"),
+        ("x-mac-cyrillic", "mac-cyrillic"),
+        ("windows-31j", "cp932"),
+        ("koi8-u", "koi8-u"),
+    ],
+)
+def test_whatwg_labels_python_lacks_are_read(label: str, encoding: str) -> None:
+    assert decode_html(f'<meta charset="{label}"><p>x</p>'.encode())[1] == encoding
+
+
+def test_every_web_encoding_reads_any_bytes() -> None:
+    from daemon.document.extract.html import _WEB_ENCODINGS
+
+    noise = bytes(range(256)) * 4
+    for encoding in sorted(_WEB_ENCODINGS):
+        text, found, _ = decode_html(f'<meta charset="{encoding}"><p>'.encode() + noise)
+        assert found in _WEB_ENCODINGS  # itself, or what WHATWG reads it as (gbk: gb18030)
+        assert text
+
+
+@pytest.mark.parametrize(
+    ("page", "said"),
+    [
+        (b'<p title="' + b"x" * 10_000_001 + b'">t</p>', "an attribute value over its parser's limit"),
+        (b"<p>" + b"word " * 2_100_000 + b"</p>", "a run of text (or a comment) over its parser's limit"),
+        (b"<div>" * 300 + b"t", "nests elements too deep"),
+    ],
+    ids=["attribute", "text", "depth"],
+)
+def test_what_is_over_the_parsers_limits_is_named(page: bytes, said: str) -> None:
+    error = _refusal(page)
+    assert error.reason == "malformed"
+    assert said in error.message
+    assert len(error.message) < 300

@@ -8,6 +8,7 @@ headings, and hostile inputs for time.
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -346,3 +347,55 @@ def test_scans_never_fail_and_give_ordered_line_starts(text: str) -> None:
             assert heading.title
             assert heading.title == one_line(heading.title)
             assert len(heading.title) <= MAX_TITLE_CHARS
+
+
+# -- the linear scans match what the backtracking patterns matched -------------------------------
+
+_OLD_THEMATIC = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*")
+_OLD_ADORNMENT = re.compile(r"([!-/:-@\[-`{-~])\1*[ \t]*")
+_OLD_ATX_CLOSE = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
+_MARKS = st.text(alphabet=st.sampled_from(list("-*_=#~ \t\xa0a.")), max_size=30)
+
+
+@settings(max_examples=500, deadline=None)
+@given(_MARKS)
+def test_thematic_breaks_and_adornments_are_what_they_were(line: str) -> None:
+    assert bool(markup._THEMATIC.fullmatch(line)) == bool(_OLD_THEMATIC.fullmatch(line))
+    assert markup._is_adornment(line) == bool(_OLD_ADORNMENT.fullmatch(line))
+
+
+@settings(max_examples=500, deadline=None)
+@given(_MARKS)
+def test_atx_closing_sequences_go_as_they_did(title: str) -> None:
+    assert markup._without_closing_sequence(title).strip() == _OLD_ATX_CLOSE.sub("", title).strip()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet=st.sampled_from(list("ab \t\n\r\x00\x0c\x85\xa0\u2003\x1f")), max_size=80))
+def test_long_texts_are_made_one_line_a_piece_at_a_time_as_whole(text: str) -> None:
+    whole = " ".join(markup._CONTROLS.sub(" ", text).split())
+    short = markup.short_line(text, 10)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(markup, "_PIECE", 3)  # every text is long
+        assert markup.one_line(text) == whole
+        assert "".join(markup.line_pieces(text)) == text
+        writer, reference = TextWriter(1000), TextWriter(1000)
+        writer.preformatted(text)
+    reference.preformatted(text)
+    assert writer._parts == reference._parts
+    assert short == (whole if len(whole) <= 10 else None)
+
+
+def test_a_title_of_millions_of_words_is_dropped_in_bounded_memory() -> None:
+    import tracemalloc
+
+    text = "# " + "ab " * 2_000_000 + "\n\n" + "ab " * 2_000_000 + "\n===\n"
+    tracemalloc.start()
+    try:
+        headings = scan_markdown(text, counts=False).headings
+        rst = scan_rst(text, counts=False).headings
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert headings == rst == ()
+    assert peak < 2 * len(text)  # a copy of a line or two; one_line made an object of each word

@@ -12,7 +12,6 @@ import re
 import subprocess
 import sys
 import textwrap
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +27,10 @@ from daemon.document.extract.pdf import (
     drop_running_lines,
     extract_pdf,
     find_heading_lines,
-    flate_streams,
     hyphen_is_hyphenation,
-    inflated_text_bytes,
     is_page_number,
     join_lines,
     paragraph_starts,
-    screen,
     split_lines,
     squash,
 )
@@ -261,60 +257,6 @@ def test_nested_form_xobjects_are_read_in_bounded_time_and_memory() -> None:
     assert measured["outcome"] == "4"  # "leaf": PDFium's text page has the leaf's text once
     assert measured["cpu_s"] < 2.0
     assert measured["peak_growth_mib"] < 200
-
-
-# -- screening -------------------------------------------------------------------------------------
-
-
-def test_screening_refuses_a_file_without_a_header_or_an_end() -> None:
-    with pytest.raises(DocumentError, match="no %PDF- header"):
-        screen(b"hello" * 300 + b"%PDF-1.4" + b" " * 2000 + b"%%EOF", LIMITS)
-    with pytest.raises(DocumentError, match="truncated"):
-        screen(b"%PDF-1.4\n1 0 obj << >> endobj\n" + b"x" * 5000, LIMITS)
-    screen(b"junk before the header %PDF-1.4\n%%EOF\n", LIMITS)
-
-
-def stream_object(data: bytes, filters: str) -> bytes:
-    return (
-        b"1 0 obj\n<< /Filter "
-        + filters.encode()
-        + b" /Length %d >>\nstream\n" % len(data)
-        + data
-        + b"\nendstream"
-    )
-
-
-def test_streams_are_found_with_their_flate_layers_and_other_filters_are_left_alone() -> None:
-    twice = zlib.compress(zlib.compress(b"BT (a) Tj ET"))
-    data = (
-        stream_object(twice, "[/FlateDecode /FlateDecode]")
-        + stream_object(b"xyz", "/DCTDecode")
-        + stream_object(zlib.compress(b"q Q"), "/Fl")
-    )
-
-    found = list(flate_streams(data))
-
-    assert [layers for _, layers in found] == [2, 1]
-    start, layers = found[0]
-    assert inflated_text_bytes(data, start, layers, 1 << 20, 200.0)[0] == len(b"BT (a) Tj ET")
-
-
-def test_binary_streams_such_as_images_do_not_count_against_the_limits() -> None:
-    pixels = bytes(range(128, 256)) * 100_000  # 12.8 MB that compress to almost nothing
-    data = stream_object(zlib.compress(pixels), "/FlateDecode")
-    ((start, layers),) = flate_streams(data)
-
-    assert inflated_text_bytes(data, start, layers, 1 << 30, 200.0)[0] == 0
-    screen(b"%PDF-1.4\n" + data + b"\n%%EOF", LIMITS)
-
-
-def test_text_streams_over_the_total_limit_are_too_large() -> None:
-    operators = b"(some text) Tj 1 0 0 1 72 700 Tm " * 40_000  # 1.3 MB, compresses about 200 times
-    data = b"%PDF-1.4\n" + stream_object(zlib.compress(operators), "/FlateDecode") + b"\n%%EOF"
-
-    with pytest.raises(DocumentError, match="max_unpacked_bytes"):
-        screen(data, ExtractLimits(max_unpacked_bytes=1_000_000))
-    screen(data, ExtractLimits(max_unpacked_bytes=2_000_000))
 
 
 # -- characters and lines --------------------------------------------------------------------------

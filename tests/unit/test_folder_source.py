@@ -160,12 +160,11 @@ async def test_settling_looks_at_a_bounded_batch_of_the_oldest_names(
     assert max(len(names) for names in statted) == 30
 
 
-async def test_startup_scan_ignores_hidden_temporary_and_non_regular_entries(tmp_path: Path) -> None:
+async def test_startup_scan_ignores_hidden_temporary_and_folder_entries(tmp_path: Path) -> None:
     config = make_config(tmp_path)
     for name in (".hidden.txt", "x.tmp", "y.part", "z.partial", "d.crdownload", "e.swp"):
         write_old(config.inbox / name, age=900)  # older than doc.txt: they would come first
     (config.inbox / "subdir").mkdir()
-    os.symlink(write_old(tmp_path / "elsewhere.txt", age=900), config.inbox / "link.txt")
     write_old(config.inbox / "doc.txt", age=10)
     async with make_source(config) as source:
         assert source.backlog == 1
@@ -176,6 +175,27 @@ async def test_startup_scan_ignores_hidden_temporary_and_non_regular_entries(tmp
             await collector.close()
         assert item.id == "doc.txt"
         assert source.backlog == 0
+
+
+async def test_a_link_in_the_inbox_is_an_input_refused_unread(tmp_path: Path) -> None:
+    # Not followed, not ignored: handed out like a file, its read refuses it (not_regular).
+    config = make_config(tmp_path)
+    link = config.inbox / "link.txt"
+    link.parent.mkdir(parents=True)
+    os.symlink(write_old(tmp_path / "elsewhere.txt", age=10), link)
+    os.utime(link, (time.time() - 900, time.time() - 900), follow_symlinks=False)
+    write_old(config.inbox / "doc.txt", age=10)
+    async with make_source(config) as source:
+        assert source.backlog == 2
+        collector = Collector(source)
+        try:
+            first, second = await collector.next(), await collector.next()
+        finally:
+            await collector.close()
+        assert (first.id, second.id) == ("link.txt", "doc.txt")  # oldest first, the link's own time
+        with pytest.raises(DocumentError, match="symbolic link") as caught:
+            await first.load()
+        assert caught.value.reason == "not_regular"
 
 
 async def test_item_loads_the_file_bytes_and_names_the_file(tmp_path: Path) -> None:

@@ -288,19 +288,11 @@ async def test_editor_files_in_the_inbox_are_left_alone(tmp_path: Path) -> None:
     assert sorted(entries(config.inbox)) == sorted(ignored)
 
 
-@pytest.mark.parametrize("kind", ["folder", "fifo", "symlink"])
-async def test_a_name_that_was_not_a_file_is_picked_up_once_a_file_takes_it(
-    tmp_path: Path, kind: str, secret: Path
-) -> None:
+async def test_a_name_that_was_a_folder_is_picked_up_once_a_file_takes_it(tmp_path: Path) -> None:
     config = make_config(tmp_path, rescan_seconds=0.2)
     config.inbox.mkdir()
     path = config.inbox / "later.txt"
-    if kind == "folder":
-        path.mkdir()
-    elif kind == "fifo":
-        os.mkfifo(path)
-    else:
-        path.symlink_to(secret)
+    path.mkdir()
     async with running(config) as (source, items):
         source._add("later.txt")  # as a watcher event for it would
         for _ in range(200):  # looked at, and let go of (bounded: a loaded machine may be slow)
@@ -309,13 +301,76 @@ async def test_a_name_that_was_not_a_file_is_picked_up_once_a_file_takes_it(
             await asyncio.sleep(0.05)
         assert source.backlog == 0
         assert await items.none_within(0.3)
-        if kind == "folder":
-            path.rmdir()
-        else:
-            path.unlink()
+        assert path.is_dir()  # never entered, never moved
+        path.rmdir()
         write_old(path, b"a real file now\n")
         item = await items.next()
     assert item.id == "later.txt"
+
+
+def _lexists(path: Path) -> bool:
+    """Whether ``path`` is there, whatever it is (a link to nothing included)."""
+    return os.path.lexists(path)
+
+
+def _socket(path: Path) -> None:
+    import socket
+
+    with socket.socket(socket.AF_UNIX) as listening:
+        listening.bind(str(path))  # the entry stays after the socket is closed
+
+
+def _device(path: Path) -> None:
+    import stat
+
+    try:
+        os.mknod(path, 0o600 | stat.S_IFCHR, os.makedev(1, 3))  # what /dev/null is
+    except PermissionError:
+        pytest.skip("making a device node needs CAP_MKNOD")
+
+
+@pytest.mark.parametrize("kind", ["symlink", "dangling symlink", "fifo", "socket", "device"])
+async def test_a_link_fifo_socket_or_device_dropped_in_is_moved_to_failed_unopened(
+    tmp_path: Path, kind: str, secret: Path
+) -> None:
+    """The README's promise: what is not a regular file is refused as not_regular, with a failure
+    record, and the entry itself (never a link's target) moves to failed/. It used to stay in the
+    inbox for good, with no record."""
+    config = make_config(tmp_path)
+    config.inbox.mkdir()
+    path = config.inbox / "dropped.txt"
+    if kind == "symlink":
+        path.symlink_to(secret)
+    elif kind == "dangling symlink":
+        path.symlink_to(tmp_path / "nothing-there")
+    elif kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "socket":
+        _socket(path)
+    else:
+        _device(path)
+    described = {
+        "symlink": "a symbolic link",
+        "dangling symlink": "a symbolic link",
+        "fifo": "a FIFO (named pipe)",
+        "socket": "a socket",
+        "device": "a character device",
+    }[kind]
+    async with running(config) as (_, items):
+        item = await items.next()
+        assert item.id == "dropped.txt"
+        with pytest.raises(DocumentError) as caught:
+            await asyncio.wait_for(item.load(), WAIT)
+        await asyncio.wait_for(item.fail(failure(item, caught.value.reason)), WAIT)
+    assert caught.value.reason == "not_regular"
+    assert caught.value.message == f"the input is not read: it is {described}, not a regular file"
+    assert not _lexists(path)
+    moved = config.failed / "dropped.txt"
+    assert _lexists(moved)
+    assert moved.is_symlink() == ("symlink" in kind)
+    assert json.loads((config.failed / "dropped.txt.error.json").read_bytes())["reason"] == "not_regular"
+    assert secret.read_bytes() == SECRET  # noqa: ASYNC240 - a test's check: the target stays
+    assert SECRET not in all_output_bytes(tmp_path)
 
 
 # -- hung reads ------------------------------------------------------------------------------------

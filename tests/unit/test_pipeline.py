@@ -248,3 +248,31 @@ async def test_a_document_cannot_bring_its_own_instruction(pipeline: DocumentPip
     outcome = await pipeline.process(acks.item("sneaky.txt", options={"instruction": "Write a poem."}))
     assert outcome == "invalid_options"
     assert "instruction" in acks.failed["sneaky.txt"]["message"]
+
+
+def test_every_series_the_dashboard_queries_exists_at_0_from_the_start(
+    engine: FakeEngine, tokenizer: Any
+) -> None:
+    """A profile without a schema, never used: its structured series are 0, not missing (the
+    dashboard's panels showed "no data" until a schema profile's first document); every kind of
+    engine request too."""
+    from prometheus_client import REGISTRY
+
+    name = "prose-profile-never-used"
+    config = Config(
+        engine=EngineConfig(model="unused", max_model_len=1024),
+        summary=SummaryConfig(max_summary_tokens=16),
+        profiles={name: ProfileConfig()},
+    )
+    profiles = build_profiles(config, tokenizer)
+    assert profiles.get(name).output.schema is None
+    admission = Admission(AdmissionLimits(max_requests=8, max_tokens=10**6))
+    summarizer = Summarizer(engine, tokenizer, config.summary, profiles=profiles, admission=admission)
+    DocumentPipeline(summarizer, model_name="tiny", reader=DocumentReader(max_input_bytes=1 << 20))
+    for outcome in ("valid", "retried", "invalid"):
+        labels = {"profile": name, "outcome": outcome}
+        assert REGISTRY.get_sample_value("docsumd_structured_outputs_total", labels) == 0.0
+    for family in ("docsumd_structured_seconds_total", "docsumd_structured_tokens_total"):
+        assert REGISTRY.get_sample_value(family, {"profile": name}) == 0.0
+    for kind in PromptKind:
+        assert REGISTRY.get_sample_value("docsumd_engine_requests_total", {"kind": kind.value}) is not None

@@ -6,6 +6,9 @@ same profiles in tests/e2e."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,7 @@ from daemon.summary.structured import (
     field_lines,
     load_schema,
     longest_output_chars,
+    measure_schema,
     parse_instance,
     skeleton,
 )
@@ -85,6 +89,138 @@ def test_refs_to_defs_are_followed_and_recursion_refused() -> None:
     }
     with pytest.raises(SchemaProblem, match="recursive"):
         longest_output_chars(schema)
+
+
+def shared_refs(levels: int, width: int, *, leaf: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A schema of ``levels`` definitions, each an object of ``width`` properties that all refer to
+    the next one (the last's are strings): a few KB whose instances have ``width ** levels`` leaves."""
+
+    def level(index: int) -> dict[str, Any]:
+        value = {"$ref": f"#/$defs/L{index + 1}"} if index < levels - 1 else leaf
+        value = value or {"type": "string", "maxLength": 3}
+        return {
+            "type": "object",
+            "additionalProperties": False,
+            "required": [f"p{i}" for i in range(width)],
+            "properties": {f"p{i}": value for i in range(width)},
+        }
+
+    return {
+        "type": "object",
+        "additionalProperties": False,
+        "required": ["root"],
+        "properties": {"root": {"$ref": "#/$defs/L0"}},
+        "$defs": {f"L{index}": level(index) for index in range(levels)},
+    }
+
+
+def _longest_instance(levels: int, width: int) -> Any:
+    value: Any = "xxx"
+    for _ in range(levels):
+        value = {f"p{i}": value for i in range(width)}
+    return {"root": value}
+
+
+def test_a_definition_shared_along_many_paths_is_measured_once() -> None:
+    schema = shared_refs(4, 3)
+    longest = _longest_instance(4, 3)
+    jsonschema.validate(longest, schema)
+    measured = measure_schema(schema)
+    assert measured.chars == len(json.dumps(longest, separators=(",", ":")))
+    # Validating it applies the root, 1 + 3 + 9 + 27 objects and 81 strings (a $ref adds nothing).
+    assert measured.checks == 1 + (1 + 3 + 9 + 27) + 81
+    assert measured.height == 2 * 4 + 1  # below the root: a $ref and its object per level, the strings
+
+
+def test_the_issues_schema_of_shared_refs_is_refused_at_once_not_walked_path_by_path() -> None:
+    # 15 levels of 8 properties (issue 36): 8**15 paths, which the bound used to walk one by one.
+    schema = shared_refs(15, 8)
+    assert len(json.dumps(schema, separators=(",", ":"))) < 6000
+    with pytest.raises(SchemaProblem, match=r"validating one output would apply [\d,]+ subschemas"):
+        measure_schema(schema)
+
+
+def test_a_shared_definition_too_deep_where_it_is_used_again_is_refused() -> None:
+    deep: dict[str, Any] = {"type": "string", "maxLength": 2}
+    for _ in range(20):
+        deep = {"type": "object", "additionalProperties": False, "properties": {"x": deep}}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "additionalProperties": False,
+        # Measured first at level 1 (deep enough: 22 levels), then used again 12 levels further down.
+        "properties": {"a": {"$ref": "#/$defs/deep"}, "b": {"$ref": "#/$defs/chain0"}},
+        "$defs": {
+            "deep": deep,
+            **{
+                f"chain{i}": {
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {"c": {"$ref": f"#/$defs/chain{i + 1}" if i < 5 else "#/$defs/deep"}},
+                }
+                for i in range(6)
+            },
+        },
+    }
+    with pytest.raises(SchemaProblem, match=r"nested more than 32 levels \(through \$ref '#/\$defs/deep'\)"):
+        measure_schema(schema)
+
+
+def test_branches_and_items_count_towards_the_validation_work() -> None:
+    branch = {"type": "object", "additionalProperties": False, "properties": {"v": {"$ref": "#/$defs/next"}}}
+    schema: dict[str, Any] = {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {"a": {"type": "array", "maxItems": 10, "items": {"oneOf": [branch] * 4}}},
+        "$defs": {"next": {"type": "integer", "minimum": 0, "maximum": 9}},
+    }
+    # The array, 10 items of (oneOf + 4 objects of (object + $ref'd integer)).
+    assert measure_schema(schema).checks == 1 + 1 + 10 * (1 + 4 * 2)
+    schema["properties"]["a"]["maxItems"] = 20_000
+    with pytest.raises(SchemaProblem, match=r"^/properties/a: validating one output would apply 180,001"):
+        measure_schema(schema)
+
+
+def test_a_field_list_too_long_for_a_prompt_is_refused(tmp_path: Path) -> None:
+    described = {"type": "string", "maxLength": 3, "description": "d" * 2000}
+    # 3**4 = 81 leaves of 2,000 characters each, from a file of a few KB.
+    schema = shared_refs(4, 3, leaf=described)
+    assert len(json.dumps(schema)) < 8000
+    assert "list of fields for the prompt would be longer than 262,144 characters" in _problem(
+        tmp_path, shared_refs(6, 4, leaf=described)
+    )
+    assert load_schema(_write(tmp_path, schema), backend="xgrammar").hint.count("d" * 2000) == 81
+
+
+@pytest.mark.parametrize("keyword", ["not", "if", "dependentSchemas", "contains", "propertyNames"])
+def test_keywords_the_grammar_ignores_are_refused(tmp_path: Path, keyword: str) -> None:
+    schema = {**SCHEMA, keyword: {"title": {"type": "string", "maxLength": 3}}}
+    if keyword in ("not", "if", "contains", "propertyNames"):
+        schema[keyword] = {"maxLength": 3}
+    assert f"(root): {keyword} is not supported: the grammar does not follow it" in _problem(tmp_path, schema)
+
+
+@pytest.mark.parametrize("command", ["check-config", "run"])
+def test_a_schema_of_exponential_size_exits_2_at_once_with_one_line(tmp_path: Path, command: str) -> None:
+    """The issue's 15 x 8 schema through the real command line, in a child killed after 60 s: it used
+    to hang both commands with no output."""
+    path = _structured_config(tmp_path, shared_refs(15, 8))
+    with path.open("a", encoding="utf-8") as config:
+        config.write('[sources.folder]\ninbox = "in"\noutbox = "out"\ndone = "done"\nfailed = "failed"\n')
+    args = ["check-config", str(path)] if command == "check-config" else ["run", "--config", str(path)]
+    result = subprocess.run(
+        [sys.executable, "-m", "daemon", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"docsumd: {path}: invalid configuration: profiles.record.json_schema_file: ")
+    assert "validating one output would apply" in line
 
 
 @pytest.mark.parametrize(

@@ -7,11 +7,15 @@ every heading and the whole body (the comparison is in the report of issue 22, a
 
 1. Bytes to text: a byte-order mark, else the ``<meta charset>`` (or ``http-equiv``) or XML
    declaration in the first 1024 bytes, else UTF-8, WHATWG's label aliases applied (``iso-8859-1``
-   is windows-1252). Bytes that do not decode are replaced, and ``details["decode_errors"]`` says so.
+   is windows-1252). A declared encoding counts only if it is one of the WHATWG Encoding
+   Standard's (what browsers read); any other (``punycode``, ``idna``, ``base64``, EBCDIC) is
+   ignored, as browsers ignore it. Bytes that do not decode are replaced, and
+   ``details["decode_errors"]`` says so.
 2. Hostile structure refused before parsing (``malformed``): a tag with more than
    :data:`MAX_TAG_TOKENS` attribute-like tokens (libxml2's HTML parser checks each attribute
-   against all the others: 40,000 attributes on one tag take seconds), and, after parsing, nesting
-   over ``max_xml_depth`` (libxml2 itself stops at 256, and drops the rest of the page).
+   against all the others: 40,000 attributes on one tag take seconds), and, after parsing, what is
+   over the parser's own limits (nesting over 256, an attribute value or a run of text over
+   10,000,000 characters: libxml2 drops the rest of the page) or nesting over ``max_xml_depth``.
 3. What is never content goes: scripts, styles, templates, forms' controls, embedded objects,
    hidden elements (``hidden``, ``aria-hidden``, ``display: none``), Sphinx's heading anchors.
 4. The main content is chosen: the largest ``<main>`` or ``role="main"`` element if it holds a fair
@@ -28,12 +32,12 @@ from __future__ import annotations
 
 import codecs
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable
 from typing import Any, Final
 
 from lxml import etree
 
-from daemon.document.extract.markup import TextWriter, list_label, one_line
+from daemon.document.extract.markup import TextWriter, list_label, one_line, replace_each
 from daemon.document.layout import Extracted, ExtractLimits, Format
 from daemon.errors import DocumentError
 
@@ -67,7 +71,24 @@ _LABEL_ALIASES: Final = {
     **dict.fromkeys(("iso-8859-9", "latin5", "l5"), "cp1254"),
     **dict.fromkeys(("tis-620", "iso-8859-11"), "cp874"),
     **dict.fromkeys(("euc-kr", "ks_c_5601-1987", "korean"), "cp949"),
+    **dict.fromkeys(("x-mac-cyrillic", "x-mac-ukrainian"), "mac-cyrillic"),
+    **dict.fromkeys(("windows-31j", "x-sjis", "ms932", "csshiftjis"), "cp932"),
+    "windows-874": "cp874",
+    "iso-8859-8-i": "iso8859-8",
 }
+# The encodings of the WHATWG Encoding Standard, as Python's codecs name them: a declared encoding
+# must be one of these. Python's codecs also decode with "punycode", "idna", "undefined" (which
+# raise errors other than a decoding error) and bytes-to-bytes codecs such as "base64".
+_WEB_ENCODINGS: Final = frozenset(
+    codecs.lookup(name).name
+    for name in (
+        "utf-8", "cp866", "iso8859-2", "iso8859-3", "iso8859-4", "iso8859-5", "iso8859-6",
+        "iso8859-7", "iso8859-8", "iso8859-10", "iso8859-13", "iso8859-14", "iso8859-15",
+        "iso8859-16", "koi8-r", "koi8-u", "mac-roman", "mac-cyrillic", "cp874", "cp1250", "cp1251",
+        "cp1252", "cp1253", "cp1254", "cp1255", "cp1256", "cp1257", "cp1258", "gbk", "gb18030",
+        "big5", "big5hkscs", "euc_jp", "iso2022_jp", "shift_jis", "cp932", "euc_kr", "cp949",
+    )
+)  # fmt: skip
 
 
 def decode_html(data: bytes) -> tuple[str, str, dict[str, Any]]:
@@ -95,11 +116,10 @@ def _declared_encoding(data: bytes) -> str:
     label = found.group(1).decode("ascii", "replace").lower()
     label = _LABEL_ALIASES.get(label, label)
     try:
-        info = codecs.lookup(label)
+        name = codecs.lookup(label).name
     except LookupError:
         return "utf-8"
-    # codecs also has bytes-to-bytes "encodings" (base64, zlib) that a page must not pick.
-    return info.name if getattr(info, "_is_text_encoding", True) else "utf-8"
+    return name if name in _WEB_ENCODINGS else "utf-8"
 
 
 # -- hostile structure ---------------------------------------------------------------------------
@@ -107,7 +127,8 @@ def _declared_encoding(data: bytes) -> str:
 # A start tag, possessive throughout (linear on any input): name, then unquoted runs and quoted
 # strings up to the closing ">"; an unclosed quote ends the match where it starts.
 _START_TAG: Final = re.compile(r"<[A-Za-z][^\s/>]*+((?:[^>\"']++|\"[^\"]*+\"|'[^']*+')*+)")
-_QUOTED: Final = re.compile(r"\"[^\"]*+\"|'[^']*+'")
+# What a tag's attributes are made of: whitespace, quoted values, and runs of anything else.
+_TAG_PIECE: Final = re.compile(r"\s++|\"[^\"]*+\"|'[^']*+'|[^\s\"']++")
 _RAW_TEXT_END: Final = {
     "script": re.compile(r"</script", re.IGNORECASE),
     "style": re.compile(r"</style", re.IGNORECASE),
@@ -124,7 +145,7 @@ def refuse_hostile_tags(text: str) -> None:
             return
         # A token takes two characters at least (itself and a space): shorter tags need no count.
         long_tag = match.end(1) - match.start(1) > 2 * MAX_TAG_TOKENS
-        if long_tag and len(_QUOTED.sub("q", match.group(1)).split()) > MAX_TAG_TOKENS:
+        if long_tag and _over_max_tokens(text, match.start(1), match.end(1)):
             raise DocumentError(
                 "malformed",
                 f"this HTML has a tag with over {MAX_TAG_TOKENS} attributes (at character {match.start()})",
@@ -132,6 +153,22 @@ def refuse_hostile_tags(text: str) -> None:
         position = max(match.end(), match.start() + 1)
         if text[match.start() + 1] in "sS":
             position = _after_raw_text(text, match.start(), position)
+
+
+def _over_max_tokens(text: str, start: int, end: int) -> bool:
+    """Whether ``text[start:end]`` (a tag's attributes) holds over :data:`MAX_TAG_TOKENS` tokens:
+    runs between whitespace, a quoted value counting as part of its run. Counted piece by piece, up
+    to the limit: the cost follows the limit, not the tag (whose values may be megabytes)."""
+    tokens = 0
+    after_space = True
+    for piece in _TAG_PIECE.finditer(text, start, end):
+        space = text[piece.start()].isspace()
+        if after_space and not space:
+            tokens += 1
+            if tokens > MAX_TAG_TOKENS:
+                return True
+        after_space = space
+    return False
 
 
 def _after_raw_text(text: str, start: int, position: int) -> int:
@@ -174,6 +211,9 @@ _FURNITURE_IDS: Final = frozenset({"sidebar", "side-bar", "left-sidebar", "right
 _HIDDEN_STYLE: Final = re.compile(r"display\s*:\s*none|visibility\s*:\s*hidden", re.IGNORECASE)
 
 
+_DROPPED: Final = "DOCSUMD-DROPPED"
+"""What an element to remove is renamed to: the HTML parser lower-cases every name it reads."""
+
 # Controls that XML text cannot hold (all C0 but tab, line feed, carriage return; DEL): libxml2's
 # HTML parser keeps them, and lxml then refuses to move such text (dropping an element moves its tail).
 _XML_INCOMPATIBLE: Final = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -190,7 +230,7 @@ def _parse(text: str, limits: ExtractLimits) -> etree._Element:
         collect_ids=False,
     )
     # lxml takes no encoding declaration in a str (the text is decoded already).
-    text = _XML_INCOMPATIBLE.sub(" ", _XML_DECLARATION.sub("", text, count=1))
+    text = replace_each(_XML_INCOMPATIBLE, " ", _XML_DECLARATION.sub("", text, count=1))
     try:
         root = etree.fromstring(text, parser)
     except (etree.LxmlError, ValueError) as exc:
@@ -199,13 +239,26 @@ def _parse(text: str, limits: ExtractLimits) -> etree._Element:
         raise DocumentError("no_text", "this HTML holds no text")
     for entry in parser.error_log:
         if entry.type_name == "ERR_RESOURCE_LIMIT":
-            raise DocumentError(
-                "malformed", f"this HTML nests elements too deep for its parser ({entry.message})"
-            )
+            raise DocumentError("malformed", f"this HTML {_over_parser_limit(entry.message)}")
     # libxml2 stops at 255 levels itself (the resource limit above); a lower limit is walked here.
     if limits.max_xml_depth < 255 and _max_depth(root, limits.max_xml_depth) > limits.max_xml_depth:
         raise DocumentError("malformed", f"this HTML nests elements over {limits.max_xml_depth} deep")
     return root
+
+
+def _over_parser_limit(message: str) -> str:
+    """What a libxml2 resource-limit error says, in words (its messages differ between versions)."""
+    said = " ".join(message.split())
+    lowered = said.lower()
+    if "depth" in lowered:
+        what = "nests elements too deep for its parser (over 255 levels)"
+    elif "value" in lowered or "attribute" in lowered:
+        what = "has an attribute value over its parser's limit of 10,000,000 characters"
+    elif "text" in lowered or "buffer" in lowered:
+        what = "has a run of text (or a comment) over its parser's limit of 10,000,000 characters"
+    else:
+        what = "is over a limit of its parser"
+    return f"{what}: libxml2 says {said!r}"
 
 
 def _max_depth(root: etree._Element, limit: int) -> int:
@@ -221,19 +274,48 @@ def _max_depth(root: etree._Element, limit: int) -> int:
     return deepest
 
 
-def _drop(elements: Iterator[etree._Element] | list[etree._Element]) -> None:
-    """Remove the elements, keeping each one's tail text (the words after it are its parent's)."""
-    for element in list(elements):
+def _drop(elements: Iterable[etree._Element]) -> None:
+    """Remove the elements, keeping each one's tail text (the words after it are its parent's).
+
+    Marked first (renamed), then each parent's children gone through once, and the texts that end
+    up together joined once: adding each removed element's tail to the text before it, one at a
+    time, copied that text each time (quadratic in the siblings removed), and so does lxml reading a
+    text made of many text nodes (which removing without moving the tails would leave). Only one
+    element object at a time is held, not one per element removed."""
+    parents: dict[etree._Element, None] = {}
+    for element in elements:
         parent = element.getparent()
-        if parent is None:
-            continue
-        if element.tail:
-            previous = element.getprevious()
-            if previous is not None:
-                previous.tail = (previous.tail or "") + element.tail
-            else:
-                parent.text = (parent.text or "") + element.tail
-        parent.remove(element)
+        if parent is not None:
+            element.tag = _DROPPED
+            parents[parent] = None
+    for parent in parents:
+        _drop_children(parent)
+
+
+def _drop_children(parent: etree._Element) -> None:
+    before: etree._Element | None = None  # the kept child whose tail the texts join (None: parent.text)
+    texts = [parent.text or ""]
+    child = next(iter(parent), None)
+    while child is not None:
+        following = child.getnext()
+        if child.tag == _DROPPED:
+            texts.append(child.tail or "")
+            parent.remove(child)
+        else:
+            _join_texts(parent, before, texts)
+            before, texts = child, [child.tail or ""]
+        child = following
+    _join_texts(parent, before, texts)
+
+
+def _join_texts(parent: etree._Element, before: etree._Element | None, texts: list[str]) -> None:
+    if len(texts) == 1:
+        return  # nothing removed here: the text stays as it is
+    joined = "".join(texts) or None
+    if before is None:
+        parent.text = joined
+    else:
+        before.tail = joined
 
 
 def _is_hidden(element: etree._Element) -> bool:

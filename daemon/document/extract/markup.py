@@ -8,14 +8,18 @@ headings of the text formats that already have them (Markdown, reStructuredText)
   without changing it (offsets into it), and count the marks that format detection weighs
   (:mod:`daemon.document.formats`).
 
-Everything here is linear in the text and uses the standard library only: the text formats are read
-in the daemon's own process, not in an extraction worker, so nothing here may be slow on hostile input.
+Everything here is linear in the text, in time and in memory, and uses the standard library only:
+the text formats are read in the daemon's own process, not in an extraction worker, so nothing here
+may be slow or large on hostile input. No regular expression here repeats a group greedily (the
+engine keeps an entry per repetition it could backtrack into: a long line of repetitions cost many
+times its size) or searches for a run whose failure it would retry from each of its characters.
 """
 
 from __future__ import annotations
 
 import itertools
 import re
+from collections import deque
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -34,21 +38,78 @@ look-ups (:meth:`Layout.heading_path`) are linear in the number of headings."""
 MAX_SCAN_LINES: Final = 400_000
 """Lines of a Markdown or reST text that :func:`markup_layout` looks at for headings, at most. The
 scan is Python, 1-3 µs a line, and runs in the daemon's own process (a thread of it): 16 MiB
-(``limits.max_input_bytes``) of 2-byte lines is 8 M lines, 10-20 s of the daemon's CPU and, for
-reST, a list of 8 M lines (about 1 GiB). An input within 16 MiB whose lines average 42 bytes or more
-is scanned whole; past this many lines, headings stay in the text (the chunker still breaks at them)
-but not in the layout, as past :data:`MAX_HEADINGS`."""
+(``limits.max_input_bytes``) of 2-byte lines is 8 M lines, 10-20 s of the daemon's CPU. An input
+within 16 MiB whose lines average 42 bytes or more is scanned whole; past this many lines, headings
+stay in the text (the chunker still breaks at them) but not in the layout, as past
+:data:`MAX_HEADINGS`."""
 
 # C0/C1 controls (tab and line breaks included: they become spaces in a line of text), no-break and
 # other odd spaces: everything that ``str.split`` might not treat as a word break, or that must not
 # reach the text (a form feed is the page separator, and only PDF text has pages).
 # (A regular expression, not str.translate: translate looks every character up in a dict.)
 _CONTROLS: Final = re.compile("[\x00-\x1f\x7f-\x9f]+")
+# What one_line breaks words at (``\s`` is what ``str.split`` splits at), and a word between them.
+_BREAK: Final = re.compile("[\\s\x00-\x1f\x7f-\x9f]")
+_WORD: Final = re.compile("[^\\s\x00-\x1f\x7f-\x9f]+")
+_PIECE: Final = 1 << 16
+"""A longer text is cleaned a piece of about this many characters at a time (:func:`one_line`,
+:func:`replace_each`, :func:`line_pieces`): ``str.split`` makes an object of every word or line,
+``re.sub`` of every stretch between matches (some 50 bytes each), so memory follows the piece, not
+the text."""
 
 
 def one_line(text: str) -> str:
     """``text`` as one line: control characters out, every run of whitespace one space, stripped."""
-    return " ".join(_CONTROLS.sub(" ", text).split())
+    if len(text) <= _PIECE:
+        return " ".join(_CONTROLS.sub(" ", text).split())
+    pieces: list[str] = []
+    start = 0
+    while start < len(text):
+        # Pieces end at a break, so that no word is cut in two.
+        found = _BREAK.search(text, min(start + _PIECE, len(text)))
+        end = found.end() if found is not None else len(text)
+        piece = " ".join(_CONTROLS.sub(" ", text[start:end]).split())
+        if piece:
+            pieces.append(piece)
+        start = end
+    return " ".join(pieces)
+
+
+def replace_each(pattern: re.Pattern[str], replacement: str, text: str) -> str:
+    """``pattern.sub(replacement, text)`` for a ``pattern`` that matches one character, a piece of the
+    text at a time: ``re.sub`` holds an object for every stretch between two matches until it joins
+    them (a text of millions of matches: many times its size)."""
+    if len(text) <= _PIECE:
+        return pattern.sub(replacement, text)
+    step = _PIECE
+    return "".join(
+        [pattern.sub(replacement, text[start : start + step]) for start in range(0, len(text), step)]
+    )
+
+
+def line_pieces(text: str) -> Iterator[str]:
+    """``text`` in pieces of about :data:`_PIECE` characters, each ending just after a line break
+    (the last one at the end of the text): what is done a line at a time can be done a piece at a time, with
+    the memory of a piece's lines."""
+    start = 0
+    while start < len(text):
+        found = text.find("\n", start + _PIECE)
+        end = len(text) if found < 0 else found + 1
+        yield text[start:end]
+        start = end
+
+
+def short_line(text: str, limit: int = MAX_TITLE_CHARS) -> str | None:
+    """:func:`one_line` of ``text`` when that is at most ``limit`` characters, else None; its cost
+    follows ``limit``, not ``text`` (a title candidate may be a line of millions of words)."""
+    words: list[str] = []
+    length = -1
+    for word in _WORD.finditer(text):
+        length += word.end() - word.start() + 1
+        if length > limit:
+            return None
+        words.append(word.group())
+    return " ".join(words)
 
 
 class TextWriter:
@@ -101,9 +162,15 @@ class TextWriter:
     def preformatted(self, text: str) -> None:
         """Preformatted text (code): its lines kept, each without control characters or trailing
         space, blank ones left out (so no line inside it reads as a heading after a blank line)."""
-        text = _PREFORMATTED.sub(" ", text.replace("\r", "").replace("\t", "    "))
-        kept = [line.rstrip() for line in text.split("\n")]
-        self.lines_verbatim(line for line in kept if line.strip())
+        blocks = []
+        for piece in line_pieces(text):
+            clean = replace_each(_PREFORMATTED, " ", piece.replace("\r", ""))
+            # Tabs are four spaces, made so in the lines kept (a line of tabs is blank).
+            kept = (line.rstrip().replace("\t", "    ") for line in clean.split("\n") if line.strip())
+            block = "\n".join(kept)
+            if block:
+                blocks.append(block)
+        self.lines_verbatim(blocks)
 
     def lines_verbatim(self, lines: Iterable[str]) -> None:
         """A block of lines already clean (no line breaks or controls in them), kept as they are."""
@@ -145,7 +212,7 @@ class TextWriter:
 
 
 # In preformatted text line breaks stay and a tab is four spaces; other controls become spaces.
-_PREFORMATTED: Final = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+_PREFORMATTED: Final = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
 _ROMAN: Final = (
     (1000, "m"), (900, "cm"), (500, "d"), (400, "cd"), (100, "c"), (90, "xc"),
@@ -233,11 +300,15 @@ def _lines(text: str) -> Iterator[tuple[int, str]]:
 # Markdown (CommonMark's block structure, the parts that decide what is a heading).
 _FENCE_OPEN: Final = re.compile(r" {0,3}(`{3,}|~{3,})(.*)")
 _ATX: Final = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*)|[ \t]*)")
-_ATX_CLOSE: Final = re.compile(r"(?:^|[ \t]+)#+[ \t]*$")
 _SETEXT: Final = re.compile(r" {0,3}(=+|-+)[ \t]*")
-_THEMATIC: Final = re.compile(r" {0,3}([-*_])(?:[ \t]*\1){2,}[ \t]*")
+# Three or more of one of - * _, spaces and tabs between: each alternative spelt out, not one
+# backreference repeated (see the module's doc).
+_THEMATIC: Final = re.compile(
+    r" {0,3}(?:-[ \t]*-[ \t]*-[- \t]*|\*[ \t]*\*[ \t]*\*[* \t]*|_[ \t]*_[ \t]*_[_ \t]*)"
+)
 _CONTAINER: Final = re.compile(r" {0,3}(?:>|[-+*](?:[ \t]|$)|\d{1,9}[.)](?:[ \t]|$)|<)")
-_LINK: Final = re.compile(r"\[[^\]\n]{1,200}\]\([^)\s]{1,500}\)")
+# A link's text and target stop at a "[": the search from each "[" then ends at the next one.
+_LINK: Final = re.compile(r"\[[^\[\]\n]{1,200}\]\([^)\[\s]{1,500}\)")
 _ASSIGNMENT: Final = re.compile(
     r"[ \t]*(?:(?:export|set|local|declare|readonly)[ \t]+\S|[\w.\[\]$\"'-]+[ \t]*=[^=])"
 )
@@ -288,9 +359,8 @@ class _MarkdownState:
     previous_blank: bool = True
 
     def add_heading(self, level: int, title: str, start: int) -> None:
-        title = one_line(title)
-        if title and len(title) <= MAX_TITLE_CHARS and len(self.headings) < MAX_HEADINGS:
-            self.headings.append(Heading(level=level, title=title, start=start))
+        if len(self.headings) < MAX_HEADINGS and (line := short_line(title)):
+            self.headings.append(Heading(level=level, title=line, start=start))
 
 
 def scan_markdown(text: str, *, counts: bool = True, max_lines: int | None = None) -> MarkdownScan:
@@ -339,7 +409,7 @@ def _markdown_line(state: _MarkdownState, start: int, line: str) -> None:
     state.lines += 1
     in_paragraph = bool(state.paragraph.lines)
     leading = len(line) - len(stripped)
-    indent = leading if "\t" not in line[:leading] else _indent(line)
+    indent = leading if line.find("\t", 0, leading) < 0 else _indent(line)
     if indent >= 4:
         if in_paragraph:
             state.paragraph.add(start, stripped)  # a lazy continuation line
@@ -365,7 +435,7 @@ def _markdown_block_line(
         if atx is None:
             return False
         state.atx += 1
-        title = _ATX_CLOSE.sub("", atx.group(2)).strip() if atx.group(2) else ""
+        title = _without_closing_sequence(atx.group(2)).strip() if atx.group(2) else ""
         state.pending_isolated = previous_blank and bool(title) and not _NOT_A_TITLE.search(title)
         if title:
             state.add_heading(len(atx.group(1)), title, start)
@@ -391,16 +461,27 @@ def _markdown_block_line(
     return False
 
 
+def _without_closing_sequence(title: str) -> str:
+    """An ATX title without its closing sequence: ``#`` characters at its end (spaces and tabs after
+    them) preceded by a space or a tab, or making up all of it."""
+    body = title.rstrip(" \t")
+    opening = body.rstrip("#")
+    if len(opening) < len(body) and (not opening or opening[-1] in " \t"):
+        return opening
+    return title
+
+
 def _markdown_fenced_line(state: _MarkdownState, line: str) -> None:
     stripped = line.strip()
     char = state.fence[0]
-    if _indent(line) < 4 and stripped.startswith(state.fence) and stripped == char * len(stripped):
+    if _indent(line) < 4 and stripped.startswith(state.fence) and stripped.count(char) == len(stripped):
         state.fence = ""
         state.fences += 1
         state.previous_blank = True  # what follows a code block starts a new block
 
 
 def _indent(line: str) -> int:
+    """The width of the line's indentation, tabs to the next multiple of four, counted up to 4 (code)."""
     width = 0
     for char in line:
         if char == " ":
@@ -409,12 +490,13 @@ def _indent(line: str) -> int:
             width += 4 - width % 4
         else:
             break
+        if width >= 4:
+            break
     return width
 
 
 # reStructuredText: a section title is a line with an underline (and maybe an overline) of one
 # punctuation character repeated; levels follow the order in which the adornment styles appear.
-_ADORNMENT: Final = re.compile(r"([!-/:-@\[-`{-~])\1*[ \t]*")
 _DIRECTIVE: Final = re.compile(r"\.\. (?:[A-Za-z][\w.+-]*::|_[^:\n]{1,200}:|\|[^|\n]{1,200}\| [\w-]+::)")
 _ROLE: Final = re.compile(r":[A-Za-z][\w.+-]*:`[^`\n]")
 _FIELD: Final = re.compile(r":[A-Za-z][\w -]{0,40}: \S")
@@ -433,10 +515,9 @@ class _RstState:
             self.styles.append(style)
         if style[1]:
             self.overlined += 1
-        title = one_line(title)
-        if title and len(title) <= MAX_TITLE_CHARS and len(self.headings) < MAX_HEADINGS:
+        if len(self.headings) < MAX_HEADINGS and (line := short_line(title)):
             level = self.styles.index(style) + 1
-            self.headings.append(Heading(level=level, title=title, start=start))
+            self.headings.append(Heading(level=level, title=line, start=start))
 
 
 def scan_rst(text: str, *, counts: bool = True, max_lines: int | None = None) -> RstScan:
@@ -444,24 +525,23 @@ def scan_rst(text: str, *, counts: bool = True, max_lines: int | None = None) ->
     same character), levels by the order their styles first appear, and (``counts``) the counts
     that detection weighs. ``max_lines``: look at the first that many lines only."""
     state = _RstState()
-    lines = list(itertools.islice(_lines(text), max_lines))
-    index = 0
+    # A title takes three lines at most: the scan keeps those in view, not a list of every line.
+    source = itertools.islice(_lines(text), max_lines)
+    window: deque[tuple[int, str]] = deque(itertools.islice(source, 3))
     previous_blank = True
-    while index < len(lines):
-        line = lines[index][1]
+    while window:
+        line = window[0][1]
         if counts:
             if line[:3] == ".. ":
                 state.directives += bool(_DIRECTIVE.match(line))
             state.roles += len(_ROLE.findall(line)) + bool(_FIELD.match(line))
-        taken = _rst_title(state, lines, index) if previous_blank else 0
+        taken = _rst_title(state, window) if previous_blank else 0
         if not counts and len(state.headings) >= MAX_HEADINGS:
             break  # no later title would be recorded
-        if taken:
-            index += taken
-            previous_blank = True  # a title ends a block: another may follow at once
-            continue
-        previous_blank = not line.strip()
-        index += 1
+        previous_blank = True if taken else not line.strip()  # a title ends a block
+        for _ in range(taken or 1):
+            window.popleft()
+            window.extend(itertools.islice(source, 1))
     return RstScan(
         headings=tuple(state.headings),
         overlined=state.overlined,
@@ -473,20 +553,27 @@ def scan_rst(text: str, *, counts: bool = True, max_lines: int | None = None) ->
 _PUNCTUATION: Final = frozenset("!\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~")
 
 
-def _rst_title(state: _RstState, lines: list[tuple[int, str]], index: int) -> int:
-    """Lines taken by a section title starting at ``lines[index]`` (0: none starts there)."""
-    start, line = lines[index]
-    following = lines[index + 1][1] if index + 1 < len(lines) else ""
+def _is_adornment(line: str) -> bool:
+    """Whether ``line`` is one punctuation character repeated, then maybe spaces and tabs."""
+    body = line.rstrip(" \t")
+    return bool(body) and body[0] in _PUNCTUATION and body.count(body[0]) == len(body)
+
+
+def _rst_title(state: _RstState, window: deque[tuple[int, str]]) -> int:
+    """Lines taken by a section title starting at ``window[0]`` (0: none starts there); ``window``
+    holds that line and the two after it (fewer at the end of the text)."""
+    start, line = window[0]
+    following = window[1][1] if len(window) > 1 else ""
     if line[:1] not in _PUNCTUATION and following[:1] not in _PUNCTUATION:
         return 0  # the fast path: neither an overline nor an underline
-    adornment = _ADORNMENT.fullmatch(line)
-    if adornment and index + 2 < len(lines):
-        under = lines[index + 2][1].rstrip()
+    adornment = _is_adornment(line)
+    if adornment and len(window) > 2:
+        under = window[2][1].rstrip()
         overline = line.rstrip()
         if (
             under == overline
             and following.strip()
-            and not _ADORNMENT.fullmatch(following)
+            and not _is_adornment(following)
             and len(following.strip()) <= len(overline)
         ):
             state.add_heading((overline[0], True), following, start)
@@ -494,7 +581,7 @@ def _rst_title(state: _RstState, lines: list[tuple[int, str]], index: int) -> in
     if adornment or not following or not _is_title_text(line):
         return 0
     under = following.rstrip()
-    if not _ADORNMENT.fullmatch(under):
+    if not _is_adornment(under):
         return 0
     # docutils: an underline shorter than its title is still one from four characters on.
     if len(under) < len(line.rstrip()) and len(under) < 4:

@@ -8,10 +8,10 @@ Its licence (pypdfium2: Apache-2.0 or BSD-3-Clause; PDFium: BSD-3-Clause) suits 
 
 :func:`extract_pdf` goes in four steps, each bounded on hostile input:
 
-1. **Screening** (:func:`screen`) the raw bytes before any parser sees them: a ``%PDF-`` header, an
-   ``%%EOF`` near the end (a truncated download has none), and no FlateDecode stream that inflates
-   to text beyond the limits (a decompression bomb: PDFium would parse every operator of it and
-   abort on memory).
+1. **Screening** (:func:`~daemon.document.extract.pdf_screen.screen`) the raw bytes before any
+   parser sees them: a ``%PDF-`` header, an ``%%EOF`` near the end (a truncated download has none),
+   and no stream that decodes to text beyond the limits, whatever filters it declares and however
+   (a decompression bomb: PDFium would parse every operator of it and abort on memory).
 2. **Opening** with PDFium: a password-protected file is ``encrypted``, an unreadable one
    ``malformed``, one of more than ``limits.max_pages`` pages ``too_large`` before a page is read.
 3. **Reading** each page: PDFium's text in content order, with each line's position and type size,
@@ -37,139 +37,21 @@ import math
 import re
 import statistics
 import threading
-import zlib
 from collections import Counter, defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from daemon.document.extract.markup import MAX_HEADING_LEVEL, MAX_HEADINGS, MAX_TITLE_CHARS
+from daemon.document.extract.markup import (
+    MAX_HEADING_LEVEL,
+    MAX_HEADINGS,
+    MAX_TITLE_CHARS,
+    line_pieces,
+    one_line,
+)
+from daemon.document.extract.pdf_screen import screen
 from daemon.document.layout import Extracted, ExtractLimits, Format, Heading, Layout
 from daemon.errors import DocumentError
-
-# -- screening the raw bytes -----------------------------------------------------------------------
-
-HEADER_WINDOW: Final = 1024
-"""PDF readers look for ``%PDF-`` this far into the file (junk before it is tolerated)."""
-EOF_WINDOW: Final = 4096
-"""A complete file has ``%%EOF`` this close to its end (writers may append a little junk)."""
-RATIO_MIN_BYTES: Final = 8 * 1024 * 1024
-"""A stream's compression ratio is judged once it has inflated to this much text: small streams of
-repeated operators compress very well and are harmless."""
-TEXT_LIKE_SHARE: Final = 0.5
-"""An inflated chunk with at least this share of printable ASCII is counted: what a content stream
-(operators) holds. Images, fonts and colour profiles are binary, are never parsed as operators when
-text is extracted, and would otherwise count a scan's pixels against the limits."""
-_INFLATE_CHUNK: Final = 1024 * 1024  # the most one decompress call returns: bounds memory per layer
-_FEED_CHUNK: Final = 16 * 1024  # compressed bytes fed at a time: the ratio is known within this
-_STREAM_START: Final = re.compile(rb">>\s*stream(?:\r\n|\n|\r)")
-_FILTER: Final = re.compile(rb"/Filter\s*(\[[^\]]{0,400}\]|/[A-Za-z0-9]+)")
-_FILTER_NAME: Final = re.compile(rb"/([A-Za-z0-9]+)")
-_FLATE_NAMES: Final = frozenset({b"FlateDecode", b"Fl"})
-_MAX_FILTER_LAYERS: Final = 8
-_PRINTABLE: Final = bytes(range(0x20, 0x7F)) + b"\t\n\r\f"
-
-
-def screen(data: bytes, limits: ExtractLimits) -> None:
-    """Refuses what no PDF library should be handed: no ``%PDF-`` header or no ``%%EOF`` near the end
-    (``malformed``: garbage, a truncated file), or FlateDecode streams that inflate to more text than
-    ``limits`` allow (``too_large``: a decompression bomb, in total or by its ratio)."""
-    if b"%PDF-" not in data[:HEADER_WINDOW]:
-        raise DocumentError("malformed", "this is not a PDF file: no %PDF- header at its start")
-    if b"%%EOF" not in data[-EOF_WINDOW:]:
-        raise DocumentError(
-            "malformed",
-            "this PDF file is truncated or damaged: it does not end with %%EOF (an incomplete download?)",
-        )
-    total = 0
-    for start, layers in flate_streams(data):
-        inflated, fed = inflated_text_bytes(
-            data, start, layers, limits.max_unpacked_bytes - total, limits.max_compression_ratio
-        )
-        total += inflated
-        if total > limits.max_unpacked_bytes:
-            raise DocumentError(
-                "too_large",
-                f"this PDF's compressed streams inflate to more than {limits.max_unpacked_bytes} bytes "
-                "of text (extract.max_unpacked_bytes): a decompression bomb?",
-            )
-        if _over_ratio(inflated, fed, limits.max_compression_ratio):
-            raise DocumentError(
-                "too_large",
-                f"a stream of this PDF inflates {inflated // max(fed, 1)} times or more "
-                f"(over extract.max_compression_ratio {limits.max_compression_ratio:g}): "
-                "a decompression bomb?",
-            )
-
-
-def _over_ratio(inflated: int, fed: int, max_ratio: float) -> bool:
-    return inflated >= RATIO_MIN_BYTES and inflated > max_ratio * fed
-
-
-def flate_streams(data: bytes) -> Iterator[tuple[int, int]]:
-    """Where each stream whose filters are all FlateDecode starts, with how many layers it has.
-
-    Streams are found by their ``stream`` keyword after a dictionary, not through the cross-reference
-    table, which may lie; other filters (LZW, ASCII85 before Flate, images' DCT) are not measured."""
-    for match in _STREAM_START.finditer(data):
-        head = data[max(0, match.start() - 2048) : match.start()]
-        head = head[head.rfind(b"obj") + 1 :]  # this object's dictionary, not an earlier one's
-        filters = _FILTER.search(head)
-        if filters is None:
-            continue
-        names = _FILTER_NAME.findall(filters.group(1))
-        if names and len(names) <= _MAX_FILTER_LAYERS and all(name in _FLATE_NAMES for name in names):
-            yield match.end(), len(names)
-
-
-def inflated_text_bytes(
-    data: bytes, start: int, layers: int, budget: int, max_ratio: float
-) -> tuple[int, int]:
-    """How many text-like bytes (see :data:`TEXT_LIKE_SHARE`) the stream at ``start`` inflates to
-    through ``layers`` of FlateDecode, and how many compressed bytes were fed for them; it stops as
-    soon as that is over ``budget`` or over ``max_ratio`` times what was fed. Streamed a chunk at a
-    time: memory stays a few MiB and time a few milliseconds past the limits, whatever the ratio."""
-    fed = 0
-
-    def compressed() -> Iterator[bytes]:
-        nonlocal fed
-        view = memoryview(data)
-        for offset in range(start, len(data), _FEED_CHUNK):
-            piece = bytes(view[offset : offset + _FEED_CHUNK])
-            fed += len(piece)
-            yield piece
-
-    pieces: Iterator[bytes] = compressed()
-    for _ in range(layers):
-        pieces = _inflate(pieces)
-    counted = 0
-    for piece in pieces:
-        if len(piece.translate(None, _PRINTABLE)) <= len(piece) * (1 - TEXT_LIKE_SHARE):
-            counted += len(piece)
-            if counted > budget or _over_ratio(counted, fed, max_ratio):
-                break
-    return counted, fed
-
-
-def _inflate(pieces: Iterator[bytes]) -> Iterator[bytes]:
-    """One FlateDecode layer, lazily: at most :data:`_INFLATE_CHUNK` bytes out per step. Ends at the
-    end of the zlib stream or at the first error (a broken stream is the PDF library's to judge)."""
-    decoder = zlib.decompressobj()
-    try:
-        for piece in pieces:
-            pending = piece
-            while True:
-                out = decoder.decompress(pending, _INFLATE_CHUNK)
-                if out:
-                    yield out
-                pending = decoder.unconsumed_tail
-                if decoder.eof:
-                    return
-                if not pending and len(out) < _INFLATE_CHUNK:
-                    break
-    except zlib.error:
-        return
-
 
 # -- characters and lines --------------------------------------------------------------------------
 
@@ -204,15 +86,26 @@ _SOFT_HYPHEN_AT_LINE_END: Final = re.compile("\xad[ \t]*\r?\n")
 def split_lines(page_text: str) -> list[str]:
     """A page's text as clean lines: odd characters out (:data:`_CHARACTERS`), each line's whitespace
     made single spaces, a blank line (``""``) kept where a paragraph breaks, runs of them one."""
-    text = _SOFT_HYPHEN_AT_LINE_END.sub("", page_text.replace("\r\n", "\n")).replace("\xad", "")
     lines: list[str] = []
-    for raw in text.translate(_CHARACTERS).split("\n"):
-        line = " ".join(raw.split())
-        if line or (lines and lines[-1]):
-            lines.append(line)
+    carried = ""  # the start of a line that goes on in the next piece
+    for piece in line_pieces(page_text):  # a piece at a time: memory follows a piece's lines
+        text = _SOFT_HYPHEN_AT_LINE_END.sub("", piece.replace("\r\n", "\n")).replace("\xad", "")
+        raws = (carried + text.translate(_CHARACTERS)).split("\n")
+        carried = raws.pop()
+        for raw in raws:
+            _add_line(lines, raw)
+    _add_line(lines, carried)
     while lines and not lines[-1]:
         lines.pop()
     return lines
+
+
+def _add_line(lines: list[str], raw: str) -> None:
+    # The characters are clean already (no controls): one_line only makes whitespace runs one space.
+    if raw and not raw.isspace():
+        lines.append(one_line(raw))
+    elif lines and lines[-1]:
+        lines.append("")
 
 
 # -- running headers, footers and page numbers -----------------------------------------------------
@@ -242,7 +135,10 @@ def is_page_number(line: str) -> bool:
 def running_key(line: str) -> str | None:
     """What a running header or footer line has in common from page to page: lowercased, its numbers
     (page numbers, also roman ones at either end) as ``#``. None for a line too short to tell (fewer
-    than three letters: code's ``}``, a lone page number, which is judged by itself)."""
+    than three letters: code's ``}``, a lone page number, which is judged by itself) or too long to
+    be one (over :data:`_MAX_RUNNING_LINE` characters: text)."""
+    if len(line) > _MAX_RUNNING_LINE:
+        return None
     key = _DIGITS.sub("#", line.lower())
     key = _EDGE_ROMAN.sub("#", key)
     if sum(character.isalpha() for character in key) < 3:
@@ -357,8 +253,11 @@ def _tidy_blanks(lines: Sequence[str]) -> list[str]:
 
 # -- joining lines, rejoining hyphenated words -----------------------------------------------------
 
-_WORD: Final = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")
-_HEAD: Final = re.compile(r"([^\W\d_]+)-$")
+# Linear on any line: the repeated group is possessive (a greedy one keeps an entry per repetition
+# to backtrack into), and the hyphenated word at a line end is looked for only from a word's start
+# (searched from each of its letters, a line of letters not ending in a hyphen is quadratic).
+_WORD: Final = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*+")
+_HEAD: Final = re.compile(r"(?<![^\W\d_])([^\W\d_]+)-$")
 _TAIL: Final = re.compile(r"^[^\W\d_]+")
 
 
@@ -382,14 +281,19 @@ class Vocabulary:
         for lines in pages:
             split_before = False
             for line in lines:
-                tokens = _WORD.findall(line.lower())
                 split_here = line.endswith("-") and _HEAD.search(line) is not None
-                if split_before and tokens:
-                    tokens = tokens[1:]
-                if split_here and tokens:
-                    tokens = tokens[:-1]
+                # Each word as it is found (a line may hold millions); which is the last one is
+                # known only at the end.
+                tokens = (match.group() for match in _WORD.finditer(line.lower()))
+                if split_before:
+                    next(tokens, None)
+                previous: str | None = None
                 for token in tokens:
-                    (compounds if "-" in token else words).add(token)
+                    if previous is not None:
+                        (compounds if "-" in previous else words).add(previous)
+                    previous = token
+                if previous is not None and not split_here:
+                    (compounds if "-" in previous else words).add(previous)
                 split_before = split_here
         heads = frozenset(compound.split("-", 1)[0] for compound in compounds)
         return cls(frozenset(words), frozenset(compounds), heads)

@@ -27,7 +27,7 @@ from typing import Any, Final
 from aiokafka import ConsumerRecord
 
 from daemon.config import KafkaSourceConfig
-from daemon.errors import DocumentError
+from daemon.errors import DocumentError, Reason
 from daemon.records import (
     Headers,
     Record,
@@ -131,7 +131,7 @@ def parse_message(
     key_fits = key is not None and len(key) <= max_key_bytes
     fallback_id = key.decode("utf-8", "replace") if key and key_fits else coordinates
 
-    def refuse(reason: str, message: str) -> ParsedMessage:
+    def refuse(reason: Reason, message: str) -> ParsedMessage:
         return ParsedMessage(fallback_id, error=DocumentError(reason, message))
 
     if key is not None and not key_fits:
@@ -174,7 +174,7 @@ def _is_json(value: bytes, headers: Sequence[tuple[str, bytes | None]]) -> bool:
 
 
 def _parse_json(value: bytes, fallback_id: str, max_key_bytes: int) -> ParsedMessage:
-    def refuse(message: str, reason: str = "invalid_message") -> ParsedMessage:
+    def refuse(message: str, reason: Reason = "invalid_message") -> ParsedMessage:
         return ParsedMessage(fallback_id, error=DocumentError(reason, message))
 
     try:

@@ -25,7 +25,14 @@ from daemon.config import KafkaSourceConfig
 from daemon.kafka_client import client_options
 from daemon.lifecycle import Lifecycle
 from daemon.ops.logging import get_logger
-from daemon.ops.metrics import KAFKA_BUFFERED, KAFKA_BUFFERED_BYTES, KAFKA_LAG, KAFKA_PAUSED_PARTITIONS
+from daemon.ops.metrics import (
+    KAFKA_BUFFERED,
+    KAFKA_BUFFERED_BYTES,
+    KAFKA_LAG,
+    KAFKA_PAUSED_PARTITIONS,
+    observe_kafka_commits,
+    observe_source,
+)
 from daemon.records import Record
 from daemon.sinks.kafka import KafkaSink, Output
 from daemon.sources.kafka.committer import Committer, committer_for
@@ -123,6 +130,7 @@ class KafkaSource(Lifecycle):
         self._data = asyncio.Event()
         self._room = asyncio.Event()
         self._intake_paused = False  # the service's: the engine serves nothing now, fetch nothing
+        self._lag_due = asyncio.Event()  # set when partitions are assigned: update the lag at once
         self._tasks: list[asyncio.Task[None]] = []
         self._failure: BaseException | None = None
         self.started = False
@@ -162,6 +170,8 @@ class KafkaSource(Lifecycle):
         self._consumer = consumer
         self._failure = None
         self.started = True
+        observe_source(SOURCE_NAME)
+        observe_kafka_commits()
         for name, work in (
             ("fetch", self._fetch(consumer, committer)),
             ("commit", self._commit_loop(committer)),
@@ -429,16 +439,20 @@ class KafkaSource(Lifecycle):
     def _on_assigned(self, assigned: set[TopicPartition]) -> None:
         log.info("partitions assigned", partitions=sorted(f"{tp.topic}-{tp.partition}" for tp in assigned))
         self._room.set()
+        self._lag_due.set()  # the new partitions' lag series now, not a lag interval later
 
     # -- lag ---------------------------------------------------------------------------------------
 
     async def _lag_loop(self, consumer: AIOKafkaConsumer) -> None:
         while True:
+            self._lag_due.clear()
             try:
                 await self._update_lag(consumer)
             except KafkaError as exc:
                 log.warning("cannot read end offsets for the lag metric", error=repr(exc))
-            await asyncio.sleep(self.config.lag_interval_seconds)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.config.lag_interval_seconds):
+                    await self._lag_due.wait()
 
     async def _update_lag(self, consumer: AIOKafkaConsumer) -> None:
         partitions = sorted(consumer.assignment())

@@ -31,8 +31,13 @@ def _remote(
     endpoints: str = '["http://gpu-1:8000", "https://gpu-2/v"]',
     engine: str = "",
     remote: str = "",
+    model: Path | None = None,
 ) -> Path:
-    return config_file(tmp_path, REMOTE.format(engine=engine, endpoints=endpoints, remote=remote))
+    """A remote-mode config; ``model``: a local model folder (check-config loads its tokenizer)."""
+    text = REMOTE.format(engine=engine, endpoints=endpoints, remote=remote)
+    if model is not None:
+        text = text.replace('"org/some-model"', json.dumps(str(model)))
+    return config_file(tmp_path, text)
 
 
 def test_a_remote_config_loads_with_its_defaults(tmp_path: Path) -> None:
@@ -108,11 +113,15 @@ def test_a_client_certificate_needs_its_key(tmp_path: Path) -> None:
 
 
 def test_check_config_describes_the_remote_engine_and_its_unused_keys(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # Local-engine keys (and an [engine.extra] argument no vLLM has) are not checked against vLLM in
     # remote mode: the servers have their own settings. They are noted.
-    path = _remote(tmp_path, engine="kv_cache_memory_bytes = 1073741824\n[engine.extra]\nno_such_arg = 1\n")
+    path = _remote(
+        tmp_path,
+        engine="kv_cache_memory_bytes = 1073741824\n[engine.extra]\nno_such_arg = 1\n",
+        model=tiny_model,
+    )
     assert main(["check-config", str(path)]) == 0
     err = capsys.readouterr()
     assert "remote engine: http://gpu-1:8000, https://gpu-2/v (checked when the daemon starts)" in err.err
@@ -121,8 +130,10 @@ def test_check_config_describes_the_remote_engine_and_its_unused_keys(
     assert json.loads(err.out)["engine"]["remote"]["endpoints"] == ["http://gpu-1:8000", "https://gpu-2/v"]
 
 
-def test_the_api_key_is_not_shown_by_check_config(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["check-config", str(_remote(tmp_path, remote='api_key = "s3cret"'))]) == 0
+def test_the_api_key_is_not_shown_by_check_config(
+    tmp_path: Path, tiny_model: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["check-config", str(_remote(tmp_path, remote='api_key = "s3cret"', model=tiny_model))]) == 0
     out = capsys.readouterr().out
     assert "s3cret" not in out
     assert json.loads(out)["engine"]["remote"]["api_key"] == "**********"

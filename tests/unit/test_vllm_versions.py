@@ -87,13 +87,15 @@ def test_an_argument_of_a_later_version_is_named_as_added() -> None:
 
 @pytest.mark.parametrize("path", SHIPPED_CONFIGS, ids=lambda path: str(path.relative_to(REPO)))
 def test_every_shipped_config_is_valid_for_vllm_0_34(
-    path: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+    path: Path,
+    tmp_path: Path,
+    tiny_model: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     """CI checks the GPU build's 0.34.0 without a GPU: check-config --vllm 0.34.0 on every config
-    docsumd ships (presets, the GPU benchmark's)."""
-    model = tmp_path / "model"
-    model.mkdir()
-    monkeypatch.setenv("DOCSUMD_ENGINE__MODEL", str(model))
+    docsumd ships (presets, the GPU benchmark's), with a model folder whose tokenizer loads."""
+    monkeypatch.setenv("DOCSUMD_ENGINE__MODEL", str(tiny_model))
     for section in ("INBOX", "OUTBOX", "DONE", "FAILED"):
         monkeypatch.setenv(f"DOCSUMD_SOURCES__FOLDER__{section}", str(tmp_path / section.lower()))
     assert main(["check-config", "--vllm", "0.34.0", str(path)]) == 0, capsys.readouterr().err

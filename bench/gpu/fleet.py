@@ -56,10 +56,9 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))
 
+from bench.compare import _mixed  # noqa: E402
 from bench.plain_client import RoundRobinClient  # noqa: E402
 from bench.remote import Shared, one_pass, remote_config  # noqa: E402
-
-from bench.compare import _mixed  # noqa: E402
 from daemon.config import AdmissionConfig, Config, EngineConfig, load_config  # noqa: E402
 
 SERVER_START_SECONDS = 420.0
@@ -248,6 +247,7 @@ def summarize(passes: list[dict[str, Any]], result: dict[str, Any]) -> None:
         ("p95_s", "long", "long_p95"),
     ):
         result[f"{name}_docsumd_over_plain"] = ratio(median("docsumd", key, part), median("plain", key, part))
+    result["failed_documents"] = {p["label"]: len(p.get("failures") or {}) for p in passes}
     result["per_round"] = [
         {
             "round": r,

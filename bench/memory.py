@@ -18,8 +18,8 @@ Shapes (``--shapes``), each ``--mib`` MiB of UTF-8:
 the configured ``limits.max_inflight_bytes`` and with ``--budget-mib`` (where the code has the
 setting), to show what the byte budget bounds.
 
-    .venv/bin/python bench/memory.py [--model DIR] [--mib 5] [--json bench/results/memory.json]
-    .venv/bin/python bench/memory.py --code /path/to/other/checkout --label before ...
+    .venv/bin/python -m bench.memory [--model DIR] [--mib 5] [--json FILE]
+    .venv/bin/python -m bench.memory --code /path/to/other/checkout --label before ...
 
 ``--code`` measures another checkout's daemon (e.g. before a change); the cases use only what both
 have. Without ``--model`` the tiny model is built into a temporary folder (offline, about 30 s).
@@ -44,7 +44,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.lib import REPO
+from bench.lib.results import write_result
+
 MIB = 1024 * 1024
 SHAPES = ("one_line", "tiny_lines", "one_word", "prose")
 
@@ -105,6 +107,8 @@ class Sampler(threading.Thread):
 
 def child(args: argparse.Namespace) -> None:
     """Run one case in this process and print its figures as one JSON line."""
+    # The one deliberate path edit: the case imports ``daemon`` from the checkout measured (``bench``
+    # itself was imported from this one already).
     sys.path.insert(0, args.code)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from daemon.config import Config, EngineConfig, LimitsConfig, MetricsConfig, ServiceConfig, SummaryConfig
@@ -215,10 +219,10 @@ def run_case(
     """Run one case in a fresh process; its figures."""
     samples = Path(args.code) / "daemon" / "samples"
     with tempfile.TemporaryDirectory(prefix="docsumd-memory-") as work:
-        command = [sys.executable, __file__, "--child", "--shape", shape, "--mib", str(mib)]
+        command = [sys.executable, "-m", "bench.memory", "--child", "--shape", shape, "--mib", str(mib)]
         command += ["--docs", str(docs), "--budget-mib", str(budget), "--model", str(model)]
         command += ["--code", args.code, "--work", work, "--samples", str(samples)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=3600)
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=3600, cwd=REPO)
         if done.returncode != 0:
             raise RuntimeError(f"{shape} failed ({done.returncode}):\n{done.stderr[-4000:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -252,7 +256,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="docsumd-model-") as scratch:
         model = args.model
         if model is None:
-            sys.path.insert(0, str(REPO))
             from daemon.engine.tiny_model import build_tiny_model
 
             model = build_tiny_model(Path(scratch) / "tiny")
@@ -280,7 +283,7 @@ def main() -> None:
     }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        write_result(args.json, report)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ wall time. ``ENGINE`` is ``on``, ``off`` (the engine setting given as false) or 
     .venv/bin/python -m bench.structured_whitespace MODEL {on,off,unset} {on,off} [--count N]
         [--temperature T] [--json FILE]
 
-Figures: bench/RESULTS.md, "Structured output: free whitespace".
+Figures: bench/RESULTS.md#structured-whitespace.
 """
 
 from __future__ import annotations

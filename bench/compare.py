@@ -74,7 +74,6 @@ import shutil
 import statistics
 import sys
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -89,9 +88,9 @@ from bench.lib.daemon_pass import (
     same_summaries,
 )
 from bench.lib.raw_vllm import run_raw
-from bench.lib.report import curve_point, engine_report, environment, run_stats
+from bench.lib.report import curve_point, engine_report, environment, format_pass_stats, run_stats
 from bench.lib.results import write_result
-from bench.lib.workloads import add_workload_arguments, workload
+from bench.lib.workloads import add_workload_arguments, pdf_documents, workload
 from daemon.cli import prepare_process
 from daemon.config import Config, load_config
 from daemon.engine.model_files import load_tokenizer
@@ -276,50 +275,9 @@ def _write_json(path: Path | None, result: dict[str, Any], config: Path) -> None
 # -- PDF against text -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class _Pdf:
-    """One PDF of the workload, and the text docsumd's extractor gives for it."""
-
-    stem: str
-    data: bytes
-    text: str
-    pages: int
-
-
-def _pdf_workload(args: argparse.Namespace, config: Config) -> tuple[list[_Pdf], dict[str, str]]:
-    """The PDFs of ``--pdfs`` that docsumd reads, of at most ``--pdf-max-pages`` pages, the first
-    ``--count`` by name, each with its text as a worker extracts it (the same function, here); and the
-    ones left out, with why."""
-    from daemon.document.extract.pdf import extract_pdf
-    from daemon.document.layout import ExtractLimits
-    from daemon.errors import DocumentError
-
-    section = config.extract
-    limits = ExtractLimits(
-        max_pages=args.pdf_max_pages,
-        max_output_chars=section.max_output_chars,
-        max_unpacked_bytes=section.max_unpacked_bytes,
-        max_compression_ratio=section.max_compression_ratio,
-    )
-    pdfs: list[_Pdf] = []
-    left_out: dict[str, str] = {}
-    for path in sorted(args.pdfs.glob("*.pdf")):
-        if len(pdfs) == args.count:
-            break
-        data = path.read_bytes()
-        try:
-            extracted = extract_pdf(data, limits)
-        except DocumentError as exc:
-            left_out[path.name] = str(exc)[:200]
-            continue
-        pages = int(extracted.details["pages"])
-        pdfs.append(_Pdf(path.stem, data, extracted.text, pages))
-    return pdfs, left_out
-
-
 def _pdf_against_text(args: argparse.Namespace, config: Config, tokenizer: Any, work: Path) -> int:
     """``--workload pdf``: the PDFs through the folder, then the same documents as text, on one engine."""
-    pdfs, left_out = _pdf_workload(args, config)
+    pdfs, left_out = pdf_documents(args.pdfs, config, count=args.count, max_pages=args.pdf_max_pages)
     if not pdfs:
         raise SystemExit(f"no PDF in {args.pdfs} that docsumd reads within {args.pdf_max_pages} pages")
     lengths: dict[str, int] = {}
@@ -345,7 +303,7 @@ def _pdf_against_text(args: argparse.Namespace, config: Config, tokenizer: Any, 
     by_label = {run.label: run for run in runs}
     if set(by_label) != {"pdf", "text"}:
         raise SystemExit(f"passes done: {sorted(by_label)}; both pdf and text are needed")
-    stats = {label: _format_pass_stats(run, lengths, pages) for label, run in by_label.items()}
+    stats = {label: format_pass_stats(run, lengths, pages) for label, run in by_label.items()}
     result: dict[str, Any] = {
         "benchmark": "bench/compare.py --workload pdf",
         "workload": "pdf",
@@ -378,33 +336,6 @@ def _pdf_against_text(args: argparse.Namespace, config: Config, tokenizer: Any, 
     _write_json(args.json, result, args.config)
     shutil.rmtree(work, ignore_errors=True)
     return 0
-
-
-def _format_pass_stats(run: DaemonRun, lengths: dict[str, int], pages: int) -> dict[str, Any]:
-    """A pass's figures, with pages/s, the daemon's peak RSS apart from the extraction workers', and
-    (when it extracted anything) how much of the wall time extraction took."""
-    stats = run_stats(run, lengths)
-    wall = stats["seconds"]
-    stats["pages_per_s"] = round(pages / wall, 3)
-    stats["peak_daemon_rss_mib"] = round(run.peak_daemon_rss / 2**20, 1)
-    if run.extractions:
-        stats["extraction"] = {
-            "extractions": int(run.extractions),
-            "pages": int(run.extracted_pages),
-            "worker_cpu_s": round(run.worker_cpu_s, 2),
-            "worker_cpu_share_of_wall": round(run.worker_cpu_s / wall, 4),
-            "pages_per_worker_cpu_s": round(run.extracted_pages / run.worker_cpu_s, 1)
-            if run.worker_cpu_s
-            else None,
-            "seconds_sum": round(run.extraction_seconds, 2),
-            "seconds_sum_share_of_wall": round(run.extraction_seconds / wall, 4),
-            "peak_workers_rss_mib": round(run.peak_workers_rss / 2**20, 1),
-            "peak_worker_rss_mib": round(run.peak_worker_rss / 2**20, 1),
-        }
-    return stats
-
-
-# -- workloads ------------------------------------------------------------------------------------
 
 
 # -- the report -----------------------------------------------------------------------------------

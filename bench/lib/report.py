@@ -114,3 +114,27 @@ def environment() -> dict[str, Any]:
         "torch": torch.__version__,
         "python": platform.python_version(),
     }
+
+
+def format_pass_stats(run: DaemonRun, lengths: dict[str, int], pages: int) -> dict[str, Any]:
+    """A pass's figures, with pages/s, the daemon's peak RSS apart from the extraction workers', and
+    (when it extracted anything) how much of the wall time extraction took."""
+    stats = run_stats(run, lengths)
+    wall = stats["seconds"]
+    stats["pages_per_s"] = round(pages / wall, 3)
+    stats["peak_daemon_rss_mib"] = round(run.peak_daemon_rss / 2**20, 1)
+    if run.extractions:
+        stats["extraction"] = {
+            "extractions": int(run.extractions),
+            "pages": int(run.extracted_pages),
+            "worker_cpu_s": round(run.worker_cpu_s, 2),
+            "worker_cpu_share_of_wall": round(run.worker_cpu_s / wall, 4),
+            "pages_per_worker_cpu_s": round(run.extracted_pages / run.worker_cpu_s, 1)
+            if run.worker_cpu_s
+            else None,
+            "seconds_sum": round(run.extraction_seconds, 2),
+            "seconds_sum_share_of_wall": round(run.extraction_seconds / wall, 4),
+            "peak_workers_rss_mib": round(run.peak_workers_rss / 2**20, 1),
+            "peak_worker_rss_mib": round(run.peak_worker_rss / 2**20, 1),
+        }
+    return stats

@@ -1,14 +1,16 @@
-"""The workloads: the real corpus (shuffled copies) and mixed lengths cut from it, chosen by options
-that every benchmark spells the same way."""
+"""The workloads: the real corpus (shuffled copies), mixed lengths cut from it, and PDFs with their
+extracted text, chosen by options that every benchmark spells the same way."""
 
 from __future__ import annotations
 
 import argparse
 import random
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.lib import REPO, SHARED
+from daemon.config import Config
 
 SHORT_MAX_TOKENS = 2000
 """Documents up to this many tokens count as short in the latency split."""
@@ -88,3 +90,46 @@ def mixed(
         docs.append((f"m{index:04d}-{length}.txt", f"Document {index}.\n{body}"))
     rng.shuffle(docs)
     return docs
+
+
+@dataclass(frozen=True)
+class Pdf:
+    """One PDF of the workload, and the text docsumd's extractor gives for it."""
+
+    stem: str
+    data: bytes
+    text: str
+    pages: int
+
+
+def pdf_documents(
+    folder: Path, config: Config, *, count: int, max_pages: int
+) -> tuple[list[Pdf], dict[str, str]]:
+    """The PDFs of ``folder`` that docsumd reads, of at most ``max_pages`` pages, the first ``count``
+    by name, each with its text as a worker extracts it (the same function, here); and the ones left
+    out, with why."""
+    from daemon.document.extract.pdf import extract_pdf
+    from daemon.document.layout import ExtractLimits
+    from daemon.errors import DocumentError
+
+    section = config.extract
+    limits = ExtractLimits(
+        max_pages=max_pages,
+        max_output_chars=section.max_output_chars,
+        max_unpacked_bytes=section.max_unpacked_bytes,
+        max_compression_ratio=section.max_compression_ratio,
+    )
+    pdfs: list[Pdf] = []
+    left_out: dict[str, str] = {}
+    for path in sorted(folder.glob("*.pdf")):
+        if len(pdfs) == count:
+            break
+        data = path.read_bytes()
+        try:
+            extracted = extract_pdf(data, limits)
+        except DocumentError as exc:
+            left_out[path.name] = str(exc)[:200]
+            continue
+        pages = int(extracted.details["pages"])
+        pdfs.append(Pdf(path.stem, data, extracted.text, pages))
+    return pdfs, left_out

@@ -542,6 +542,20 @@ class ExtractConfig(_Section):
         description="Extracted text over this many characters fails with 'too_large'; the text must then "
         "also fit limits.max_input_bytes as UTF-8, like any input.",
     )
+    max_expansion_ratio: float = Field(
+        default=20.0,
+        ge=1.0,
+        description="Extracted text (as UTF-8) over this many times its input's bytes fails with "
+        "'too_expanded', once it is over expansion_floor_bytes: a small file must not hold the memory "
+        "and engine time of a large one. Extraction stops as soon as the text passes it, and the "
+        "service's byte budget counts each extracted document at this cap until its text is known.",
+    )
+    expansion_floor_bytes: int = Field(
+        default=1024 * 1024,
+        ge=0,
+        description="Extracted text up to this many bytes (as UTF-8) is never refused for its "
+        "expansion ratio, however small its input.",
+    )
     max_unpacked_bytes: int = Field(
         default=200 * 1024 * 1024,
         ge=1,

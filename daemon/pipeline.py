@@ -29,7 +29,7 @@ from typing import Final
 import structlog
 
 from daemon.document.decode import sha256_hex
-from daemon.document.reader import DocumentReader
+from daemon.document.reader import DocumentReader, Room
 from daemon.errors import DocumentError, EngineDeadError, SinkError
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import (
@@ -74,8 +74,11 @@ class DocumentPipeline:
         observe_profiles(summarizer.profiles.names)
         observe_request_kinds(kind.value for kind in PromptKind)
 
-    async def process(self, item: WorkItem) -> str:
-        """Take ``item`` to an acknowledged result or failure record; return the outcome."""
+    async def process(self, item: WorkItem, *, room: Room | None = None) -> str:
+        """Take ``item`` to an acknowledged result or failure record; return the outcome.
+
+        ``room`` is told what the document holds as it is read (:meth:`DocumentReader.read`): the
+        service's byte budget, which the document may wait for."""
         with structlog.contextvars.bound_contextvars(doc_id=item.id, source=item.source):
             data: bytes | None = None
             profile: Profile | None = None
@@ -87,6 +90,7 @@ class DocumentPipeline:
                     source=item.source,
                     metadata=item.metadata,
                     hint=item.format_hint,
+                    room=room,
                 )
                 options = parse_options(None if item.load_options is None else await item.load_options())
                 profile = self.summarizer.profiles.choose(options.profile, item.profile)

@@ -4,6 +4,7 @@ extracted text, chosen by options that every benchmark spells the same way."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,16 +110,10 @@ def pdf_documents(
     by name, each with its text as a worker extracts it (the same function, here); and the ones left
     out, with why."""
     from daemon.document.extract.pdf import extract_pdf
-    from daemon.document.layout import ExtractLimits
     from daemon.errors import DocumentError
+    from daemon.service import extract_limits
 
-    section = config.extract
-    limits = ExtractLimits(
-        max_pages=max_pages,
-        max_output_chars=section.max_output_chars,
-        max_unpacked_bytes=section.max_unpacked_bytes,
-        max_compression_ratio=section.max_compression_ratio,
-    )
+    limits = dataclasses.replace(extract_limits(config.limits, config.extract), max_pages=max_pages)
     pdfs: list[Pdf] = []
     left_out: dict[str, str] = {}
     for path in sorted(folder.glob("*.pdf")):

@@ -115,7 +115,14 @@ KAFKA_REFUSED_RECORDS = Counter(
     ["written_instead"],
 )
 INFLIGHT_BYTES = Gauge(
-    "docsumd_inflight_bytes", "Input bytes of the documents read and in progress (limits.max_inflight_bytes)."
+    "docsumd_inflight_bytes",
+    "Bytes the documents in progress hold against limits.max_inflight_bytes: each its input's until "
+    "its text is counted, then the most its text may take (as UTF-8) while it is built, then its text's.",
+)
+WAITING_FOR_BYTES = Gauge(
+    "docsumd_documents_waiting_for_bytes",
+    "Documents waiting for room in limits.max_inflight_bytes: to be taken in, or in progress and "
+    "waiting for room for their text.",
 )
 DOCUMENT_FORMATS = Counter(
     "docsumd_document_formats",
@@ -130,7 +137,8 @@ EXTRACTIONS = Counter(
 )
 EXTRACTION_SECONDS = Histogram(
     "docsumd_extraction_seconds",
-    "Wall-clock time of one extraction, waiting for a free worker included.",
+    "Wall-clock time of one extraction, waiting for a free worker (and then for room for its text in "
+    "limits.max_inflight_bytes) included.",
     ["format"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )

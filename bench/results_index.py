@@ -91,12 +91,19 @@ def citations(results_md: str) -> dict[str, list[tuple[str, str]]]:
     """For each result name (file or folder) cited in RESULTS.md: the sections (title, anchor) citing it."""
     cited: dict[str, list[tuple[str, str]]] = defaultdict(list)
     section = ("(top)", "")
+    explicit = None  # the <a id="..."></a> just above a heading: the section's fixed anchor
     for line in results_md.splitlines():
+        anchor = re.match(r'^<a id="([^"]+)"></a>\s*$', line)
+        if anchor:
+            explicit = anchor[1]
+            continue
         heading = re.match(r"^(#{2,3}) (.+?)\s*$", line)
         if heading:
-            section = (heading[2], _anchor(heading[2]))
+            section = (heading[2], explicit or _anchor(heading[2]))
+            explicit = None
             continue
-        for name in re.findall(r"\d{4}-\d{2}-\d{2}_[a-z0-9]+_[a-z0-9-]+(?:_[a-z0-9.-]+)?", line):
+        for found in re.findall(r"\d{4}-\d{2}-\d{2}_[a-z0-9]+_[a-z0-9-]+(?:_[a-z0-9.-]+)?", line):
+            name = re.sub(r"\.(json|log\.gz|txt\.gz)$", "", found.rstrip("."))
             if section not in cited[name]:
                 cited[name].append(section)
     return cited

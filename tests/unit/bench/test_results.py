@@ -64,3 +64,14 @@ def test_a_written_result_is_stamped(tmp_path: Path) -> None:
     assert len(stamp["config"]["sha256"]) == 64
     assert stamp["command"].startswith("python -m ")
     assert not list(target.parent.glob("*.tmp"))
+
+
+def test_the_index_links_a_citing_section_by_its_fixed_anchor() -> None:
+    text = (
+        '<a id="gpu-fp8"></a>\n\n### GPU: FP8 weights\n\nsee `2026-12-03_h200_compare_corpus-fp8.json`\n'
+        "### Without an anchor\n\n`2026-12-03_h200_compare_corpus-fp8.json` again\n"
+    )
+    assert results_index.citations(text)["2026-12-03_h200_compare_corpus-fp8"] == [
+        ("GPU: FP8 weights", "gpu-fp8"),
+        ("Without an anchor", "without-an-anchor"),
+    ]

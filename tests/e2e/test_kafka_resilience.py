@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import json
 import re
 import signal
@@ -276,37 +275,6 @@ def _logged_between(daemon: DaemonProcess, start: float, end: float) -> list[str
         if start <= at <= end:
             found.append(str(event.get("event")))
     return found
-
-
-def _group_empty(daemon: DaemonProcess) -> bool:
-    return not daemon.group_processes()
-
-
-@pytest.fixture
-def daemons(tiny_model: Path) -> Iterator[Callable[[Layout], DaemonProcess]]:
-    """Start daemons on layouts of the test's choosing; every one still alive at teardown is killed
-    with its group (as the ``start_daemon`` fixture does for the ``layout`` fixture)."""
-    started: list[DaemonProcess] = []
-
-    def start(layout: Layout) -> DaemonProcess:
-        daemon = DaemonProcess(layout, layout.root / f"daemon-{len(started)}.log").start()
-        started.append(daemon)
-        return daemon
-
-    yield start
-    leftovers = []
-    for daemon in started:
-        if daemon.proc is not None and daemon.proc.poll() is None:
-            daemon.kill_group()
-        # After a clean exit vLLM's resource tracker may outlive the daemon by a moment.
-        with contextlib.suppress(AssertionError):
-            wait_for(functools.partial(_group_empty, daemon), 15, "the daemon's group to be empty")
-        remaining = daemon.group_processes()
-        if remaining:
-            daemon.kill_group()
-            leftovers += remaining
-    if leftovers:
-        pytest.fail(f"processes left behind by a daemon: {leftovers}")
 
 
 def test_two_daemons_in_one_group_split_partitions_and_finish_everything(

@@ -72,6 +72,12 @@ class RecordingEngine:
         return self.engine.kv_cache_tokens
 
     @property
+    def cache_block_tokens(self) -> int | None:
+        """The engine's KV cache block in tokens (the service pads shared prefixes to it, as with the
+        engine itself: :class:`daemon.contracts.CachingEngine`)."""
+        return self.engine.cache_block_tokens
+
+    @property
     def start_seconds(self) -> float | None:
         """How long the engine took to start, if this wrapper started it."""
         return self.engine.start_seconds if self._started_here else None

@@ -75,3 +75,16 @@ def test_the_index_links_a_citing_section_by_its_fixed_anchor() -> None:
         ("GPU: FP8 weights", "gpu-fp8"),
         ("Without an anchor", "without-an-anchor"),
     ]
+
+
+def test_the_recording_engine_is_what_the_service_sees_of_the_engine() -> None:
+    """The service asks its engine for more than ``EngineClient`` (the KV block size, to pad shared
+    prefixes): the wrapper must answer every protocol the real engine does, or a benchmark through
+    it measures another path than the daemon's."""
+    from bench.lib.engine import RecordingEngine
+    from daemon.contracts import CachingEngine, EngineClient
+
+    for protocol in (EngineClient, CachingEngine):
+        members = {name for name in vars(protocol) if not name.startswith("_")}
+        assert members
+        assert members <= set(dir(RecordingEngine)), protocol.__name__

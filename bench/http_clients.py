@@ -8,7 +8,7 @@ sends ``--requests`` such requests with ``--concurrency`` in flight, reads every
 with docsumd's own event parser, and reports the client process's CPU seconds per request (what the
 daemon's event loop pays) and the wall time, for each library, alternating, ``--rounds`` times.
 
-    PYTHONPATH=. .venv/bin/python bench/http_clients.py [--requests 400] [--concurrency 64] [--rounds 3]
+    PYTHONPATH=. .venv/bin/python -m bench.http_clients [--requests 400] [--concurrency 64] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -25,11 +25,9 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from daemon.engine.remote.completions import CompletionReader  # noqa: E402
-from daemon.engine.remote.sse import EventParser  # noqa: E402
+from bench.lib.results import result_path, write_result
+from daemon.engine.remote.completions import CompletionReader
+from daemon.engine.remote.sse import EventParser
 
 PROMPT_TOKENS = 3000
 EVENT_PAUSE_S = 0.005
@@ -115,7 +113,7 @@ def main() -> int:
     parser.add_argument("--requests", type=int, default=400)
     parser.add_argument("--concurrency", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "cpu_http_clients.json")
+    parser.add_argument("--json", type=Path, default=result_path("http-clients"))
     args = parser.parse_args()
     if args.serve is not None:
         serve(args.serve)
@@ -123,7 +121,7 @@ def main() -> int:
     from tests.e2e.harness import free_port
 
     port = free_port()
-    server = subprocess.Popen([sys.executable, __file__, "--serve", str(port)])
+    server = subprocess.Popen([sys.executable, "-m", "bench.http_clients", "--serve", str(port)])
     url = f"http://127.0.0.1:{port}/v1/completions"
     body = {"model": "m", "prompt": list(range(PROMPT_TOKENS)), "max_tokens": 256, "stream": True}
     try:
@@ -170,7 +168,7 @@ def main() -> int:
             summary["httpx"]["cpu_ms_per_request_median"] / summary["aiohttp"]["cpu_ms_per_request_median"], 3
         ),
     }
-    args.json.write_text(json.dumps(result, indent=1) + "\n")
+    write_result(args.json, result, indent=1)
     print(json.dumps(result, indent=1))
     return 0
 

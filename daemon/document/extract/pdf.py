@@ -1,9 +1,9 @@
 """PDF text with PDFium (pypdfium2), made to read as prose: pages, paragraphs, headings.
 
 Why PDFium: ``bench/extract.py`` measured it against pdfminer.six and pypdf on 56 real PDFs from
-Debian documentation packages, 8,340 pages (``bench/results/extract_pdf_cpu.json``): 756 pages per
-second per core against pypdf's 42 and pdfminer.six's 20, no failure, and the same text (pdfminer.six
-finds 99% of PDFium's distinct words, pypdf 95%); with the clean-up below, 344 pages/s per core.
+Debian documentation packages, 8,340 pages (``bench/results/2026-12-03_cpu2_extract_pdf.json``): 756
+pages per second per core against pypdf's 42 and pdfminer.six's 20, no failure, and the same text
+(pdfminer.six finds 99% of PDFium's distinct words, pypdf 95%); with the clean-up below, 344 pages/s per core.
 Its licence (pypdfium2: Apache-2.0 or BSD-3-Clause; PDFium: BSD-3-Clause) suits the project's.
 
 :func:`extract_pdf` goes in four steps, each bounded on hostile input:

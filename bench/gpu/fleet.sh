@@ -1,8 +1,8 @@
 #!/bin/bash
 # Device call: two vLLM servers on the one GPU, docsumd's remote engine against the plain round-robin
-# client, then in-process docsumd alone (bench/gpu/fleet.py). After stage1.sh (and compare.sh, or the
+# client, then in-process docsumd alone (bench/fleet.py). After stage1.sh (and compare.sh, or the
 # part01 join below) on the same machine; JSON and logs go to $OUT.
-#   T0=$(date +%s) bash .gpu/src/bench/gpu/fleet.sh NAME [fleet.py arguments...]
+#   T0=$(date +%s) bash .gpu/src/bench/gpu/fleet.sh NAME [bench.fleet arguments...]
 # The run gets a --deadline that ends CALL_LIMIT (default 585) seconds after T0, less a margin for
 # stopping the servers; whatever it leaves running is killed by process group at the end.
 set -u
@@ -15,10 +15,10 @@ source "$(dirname "$0")/unpack.sh"
 export FLEET_PIDS_FILE=/tmp/fleet-$NAME.pids
 LOGS=/tmp/fleet-logs-$NAME; rm -rf "$LOGS"; mkdir -p "$LOGS"
 left=$(( LIMIT - ( $(date +%s) - T0 ) ))
-echo "=== $NAME: fleet.py $* (deadline $(( left - 40 ))s) at +$(( $(date +%s) - T0 ))s"
+echo "=== $NAME: bench.fleet $* (deadline $(( left - 40 ))s) at +$(( $(date +%s) - T0 ))s"
 nvidia-smi --query-gpu=memory.used,memory.total --format=csv,noheader 2>/dev/null
 cd "$SRC"
-setsid timeout -k 5 "$left" python3 bench/gpu/fleet.py --config bench/configs/h200-qwen7b-dummy.toml \
+setsid timeout -k 5 "$left" python3 -m bench.fleet --config bench/configs/h200-qwen7b-dummy.toml \
   --server-memory "${SERVER_MEMORY:-0.42}" --json "$OUT/$NAME.json" --logs "$LOGS" \
   --deadline $(( left - 40 )) "$@" > "$OUT/$NAME.log" 2>&1 &
 pid=$!; wait $pid; rc=$?

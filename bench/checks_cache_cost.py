@@ -22,7 +22,7 @@ corpus's legal and regulatory texts as articles, three clauses edited), each as 
 result's own counts, which leave reused work out) and seconds, against the first run's and the
 uncached edited run's.
 
-    python3 bench/gpu/costs.py --config bench/configs/h200-qwen7b-dummy.toml --docs DOCS --copies 3 \
+    python3 -m bench.checks_cache_cost --config bench/configs/h200-qwen7b-dummy.toml --docs DOCS --copies 3 \
         --json OUT/costs.json --deadline 540
 """
 
@@ -34,19 +34,17 @@ import contextlib
 import importlib
 import json
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO))
-
-from bench.compare import shuffled_copy  # noqa: E402
-from bench.remote import Shared, one_pass  # noqa: E402
-from daemon.config import Config, load_config  # noqa: E402
+from bench.lib import REPO, SHARED
+from bench.lib.results import result_path, write_result
+from bench.lib.workloads import shuffled_copy
+from bench.remote import Shared, one_pass
+from daemon.config import Config, load_config
 
 DEFAULT_STOP = (" ", "e", "t", ".")
 
@@ -160,7 +158,7 @@ def main() -> int:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--config", type=Path, default=REPO / "bench" / "configs" / "h200-qwen7b-dummy.toml")
-    parser.add_argument("--docs", type=Path, default=REPO.parent / "shared" / "corpus" / "docs")
+    parser.add_argument("--docs", type=Path, default=SHARED / "corpus" / "docs")
     parser.add_argument("--copies", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--rounds", type=int, default=2)
@@ -169,7 +167,7 @@ def main() -> int:
     parser.add_argument("--contract-tokens", type=int, default=150_000)
     parser.add_argument("--no-contract", action="store_true")
     parser.add_argument("--deadline", type=float, default=1e9, help="seconds from now the run must end in")
-    parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--json", type=Path, default=result_path("checks-cache-cost", "corpus"))
     args = parser.parse_args()
     end = time.monotonic() + args.deadline
     stop = tuple(args.stop) if args.stop else DEFAULT_STOP
@@ -203,8 +201,7 @@ def main() -> int:
 
     def write() -> None:
         summarize(result)
-        if args.json is not None:
-            args.json.write_text(json.dumps(result, indent=1) + "\n")
+        write_result(args.json, result, config=args.config, indent=1)
 
     with tempfile.TemporaryDirectory(prefix="docsumd-costs-") as tmp:
         work = Path(tmp)

@@ -110,10 +110,10 @@ def child(args: argparse.Namespace) -> None:
     from daemon.config import Config, EngineConfig, LimitsConfig, MetricsConfig, ServiceConfig, SummaryConfig
     from daemon.contracts import Generation, Sampling
     from daemon.engine.model_files import load_tokenizer
+    from daemon.folder.files import FilesSource
+    from daemon.folder.sink import FolderSink
     from daemon.ops.logging import configure_logging
     from daemon.service import Service
-    from daemon.sinks.folder import FolderSink
-    from daemon.sources.files import FilesSource
 
     configure_logging("warning", "json")
 

@@ -403,9 +403,9 @@ async def _summarize(
 ) -> int:
     from tqdm import tqdm
 
+    from daemon.folder.files import FilesSource
+    from daemon.folder.sink import FolderSink
     from daemon.service import Service
-    from daemon.sinks.folder import FolderSink
-    from daemon.sources.files import FilesSource
     from daemon.work import WorkItem
 
     source = FilesSource(

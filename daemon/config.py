@@ -10,7 +10,7 @@ Only the schema lives here: typed sections, their own checks, and the clear mess
 Checks that need another stage's code run where the daemon is assembled (every command, through
 :func:`daemon.cli.load_checked_config`, and again before the engine starts): the profiles (shipped
 ones merged in, instruction files read, names known) in :mod:`daemon.summary.profiles`, with the
-length rules of :mod:`daemon.summary.budget`. aiokafka's options are :mod:`daemon.kafka_client`'s.
+length rules of :mod:`daemon.summary.budget`. aiokafka's options are :mod:`daemon.kafka.client`'s.
 
 Business code receives a :class:`Config` (or one of its sections); it never reads the environment.
 """
@@ -633,6 +633,14 @@ class FolderSourceConfig(_Section):
             if work == path or work in path.parents or path in work.parents:
                 raise ValueError(f"work must be a folder of its own, not {name}, inside it or around it")
 
+    def profile_keys(self) -> dict[str, str]:
+        """Config key -> the profile it names, for the keys of this section that name one."""
+        return {} if self.profile is None else {"sources.folder.profile": self.profile}
+
+    def profile_uses(self, default: str) -> dict[str, str]:
+        """What this source reads -> the profile of its documents (``default``: summary.profile)."""
+        return {"sources.folder": self.profile or default}
+
 
 class KafkaSourceConfig(_Section):
     """The Kafka source: a consumer group reading documents, results and dead letters produced back.
@@ -790,6 +798,21 @@ class KafkaSourceConfig(_Section):
         """The profile of documents read from ``topic`` (None: summary.profile)."""
         return self.topic_profiles.get(topic, self.profile)
 
+    def profile_keys(self) -> dict[str, str]:
+        """Config key -> the profile it names, for the keys of this section that name one."""
+        keys = {} if self.profile is None else {"sources.kafka.profile": self.profile}
+        keys.update(
+            {f"sources.kafka.topic_profiles.{topic}": name for topic, name in self.topic_profiles.items()}
+        )
+        return keys
+
+    def profile_uses(self, default: str) -> dict[str, str]:
+        """What this source reads -> the profile of its documents (``default``: summary.profile)."""
+        return {
+            f"sources.kafka topic {topic!r}": self.profile_for(topic) or default
+            for topic in self.input_topics
+        }
+
     @model_validator(mode="after")
     def _topics_distinct(self) -> Self:
         unread = sorted(set(self.topic_profiles) - set(self.input_topics))
@@ -812,6 +835,10 @@ class SourcesConfig(_Section):
 
     folder: FolderSourceConfig | None = None
     kafka: KafkaSourceConfig | None = None
+
+    def present(self) -> list[FolderSourceConfig | KafkaSourceConfig]:
+        """The sections present, in declaration order."""
+        return [section for section in (self.folder, self.kafka) if section is not None]
 
 
 class MetricsConfig(_Section):

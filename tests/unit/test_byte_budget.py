@@ -10,9 +10,9 @@ import pytest
 
 from daemon.config import Config, EngineConfig, LimitsConfig, MetricsConfig, ServiceConfig, SummaryConfig
 from daemon.engine.byte_budget import ByteBudget
+from daemon.folder.files import FilesSource
+from daemon.folder.sink import FolderSink
 from daemon.service import Service
-from daemon.sinks.folder import FolderSink
-from daemon.sources.files import FilesSource
 from tests.doubles.engine import FakeEngine
 
 

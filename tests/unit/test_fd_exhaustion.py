@@ -20,12 +20,12 @@ from structlog.typing import EventDict
 from daemon.document import decode as documents
 from daemon.document.decode import read_input_file
 from daemon.errors import DocumentError
+from daemon.folder import sink as folder_sink_module
 from daemon.fs import durable
 from daemon.fs.dirs import Dir
 from daemon.ops import fd_exhaustion
 from daemon.ops.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
 from daemon.ops.throttle import LogThrottle
-from daemon.sinks import folder as folder_sink_module
 from tests.doubles.clock import FakeClock
 from tests.doubles.sources import WAIT, Collector
 from tests.unit.test_folder_source import make_config, make_source, write_old

@@ -1,4 +1,4 @@
-"""Unit tests for daemon.sources.files.FilesSource (``docsumd summarize``): ids, records, inputs untouched."""
+"""Unit tests for daemon.folder.files.FilesSource (``docsumd summarize``): ids, records, inputs untouched."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from daemon.errors import DocumentError
-from daemon.sinks.folder import FolderSink
-from daemon.sources.files import FilesSource
+from daemon.folder.files import FilesSource
+from daemon.folder.sink import FolderSink
 from daemon.work import WorkItem
 
 

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 from daemon.config import Config, EngineConfig, FolderSourceConfig, SummaryConfig
 from daemon.document.reader import DocumentReader
 from daemon.engine.admission import Admission, AdmissionLimits
+from daemon.folder.sink import FolderSink
+from daemon.folder.source import FolderSource, is_candidate_name
 from daemon.fs.names import MAX_NAME_BYTES, record_stem
 from daemon.pipeline import OK, DocumentPipeline
-from daemon.sinks.folder import FolderSink
-from daemon.sources.folder import FolderSource, is_candidate_name
 from daemon.summary.profiles import build_profiles
 from daemon.summary.summarizer import Summarizer
 from tests.doubles.engine import FakeEngine

@@ -1,4 +1,4 @@
-"""Unit tests for the options sidecars of daemon.sources.folder (``NAME.options.json``), with real folders.
+"""Unit tests for the options sidecars of daemon.folder.source (``NAME.options.json``), with real folders.
 
 Covers which files are documents, which sidecar a document reads, the limits on reading it, and that a
 sidecar moves with its document to ``done/`` or ``failed/``. No fakes: a real FolderSource and FolderSink
@@ -18,8 +18,8 @@ import pytest
 
 from daemon.config import FolderSourceConfig
 from daemon.errors import DocumentError
-from daemon.sinks.folder import FolderSink
-from daemon.sources.folder import MAX_OPTIONS_BYTES, FolderSource, is_candidate_name, sidecar_names
+from daemon.folder.sink import FolderSink
+from daemon.folder.source import MAX_OPTIONS_BYTES, FolderSource, is_candidate_name, sidecar_names
 from daemon.summary.options import SummaryOptions, parse_options
 from daemon.work import WorkItem
 

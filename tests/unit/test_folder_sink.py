@@ -1,4 +1,4 @@
-"""Unit tests for daemon.sinks.folder: atomic JSON records and the FolderSink paths."""
+"""Unit tests for daemon.folder.sink: atomic JSON records and the FolderSink paths."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from daemon.errors import SinkError
-from daemon.sinks.folder import FolderSink, write_json_atomic
+from daemon.folder.sink import FolderSink, write_json_atomic
 
 
 def test_write_json_atomic_writes_valid_utf8_json(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""Unit tests for daemon.sources.folder.FolderSource with real temporary folders (no engine).
+"""Unit tests for daemon.folder.source.FolderSource with real temporary folders (no engine).
 
 Waits are bounded (``WAIT`` seconds) so a hang fails instead of blocking CI; no assertion depends on how
 fast the machine is. Settling is tested with a fake clock where exact timing matters.
@@ -17,9 +17,9 @@ import pytest
 
 from daemon.config import FolderSourceConfig
 from daemon.errors import DocumentError
-from daemon.sinks.folder import FolderSink
-from daemon.sources import folder as folder_module
-from daemon.sources.folder import FolderSource, is_candidate_name
+from daemon.folder import source as folder_module
+from daemon.folder.sink import FolderSink
+from daemon.folder.source import FolderSource, is_candidate_name
 from tests.doubles.clock import FakeClock
 from tests.doubles.sources import WAIT, Collector
 

@@ -23,10 +23,10 @@ import pytest
 
 from daemon.config import FolderSourceConfig
 from daemon.errors import ConfigError, DocumentError
+from daemon.folder import source as folder_module
+from daemon.folder.sink import FolderSink
+from daemon.folder.source import FolderSource, is_candidate_name
 from daemon.records import Record
-from daemon.sinks.folder import FolderSink
-from daemon.sources import folder as folder_module
-from daemon.sources.folder import FolderSource, is_candidate_name
 from daemon.work import WorkItem
 from tests.doubles.sources import WAIT, Collector
 

@@ -1,4 +1,4 @@
-"""Unit tests of daemon.sources.kafka.committer: the commit rule, without a broker.
+"""Unit tests of daemon.kafka.committer: the commit rule, without a broker.
 
 The consumer's commit and the sink are fakes (tests/doubles/kafka.py) that record what they were
 asked and fail when told to; partitions are plain strings. The broker path is tests/e2e/test_kafka_source.py.
@@ -10,9 +10,9 @@ import pytest
 from aiokafka.errors import CommitFailedError, KafkaConnectionError
 
 from daemon.errors import ProducerFencedError, SinkError
-from daemon.sinks.kafka import Output, default_transactional_id
-from daemon.sources.kafka.committer import AtLeastOnceCommitter, TransactionalCommitter, committer_for
-from daemon.sources.kafka.offsets import OffsetBook, PartitionOffsets
+from daemon.kafka.committer import AtLeastOnceCommitter, TransactionalCommitter, committer_for
+from daemon.kafka.offsets import OffsetBook, PartitionOffsets
+from daemon.kafka.sink import Output, default_transactional_id
 from tests.doubles.kafka import FakeConsumer, FakeSink, RefusingSink, kafka_config
 
 

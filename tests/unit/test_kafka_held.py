@@ -1,4 +1,4 @@
-"""Unit tests of daemon.sources.kafka.held: exactly-once outputs held until their transaction."""
+"""Unit tests of daemon.kafka.held: exactly-once outputs held until their transaction."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.sources.kafka.held import Held, HeldOutputs
+from daemon.kafka.held import Held, HeldOutputs
 
 
 def test_nothing_held_covers_nothing() -> None:

@@ -1,4 +1,4 @@
-"""Unit tests of daemon.sources.kafka.messages: hostile messages in, outputs that always fit out.
+"""Unit tests of daemon.kafka.messages: hostile messages in, outputs that always fit out.
 
 Property tests (hypothesis): whatever a message holds (any key, any headers, null header values, any
 value, JSON or not), parsing never raises, its metadata and every output built for it encode, and
@@ -19,9 +19,7 @@ from hypothesis import strategies as st
 from daemon import __version__
 from daemon.config import KafkaSourceConfig
 from daemon.errors import DocumentError
-from daemon.records import failure_record
-from daemon.sinks.kafka import Output
-from daemon.sources.kafka.messages import (
+from daemon.kafka.messages import (
     MessageLimits,
     OutputTopics,
     dead_letter_output,
@@ -29,6 +27,8 @@ from daemon.sources.kafka.messages import (
     parse_message,
     result_output,
 )
+from daemon.kafka.sink import Output
+from daemon.records import failure_record
 
 HYPOTHESIS = settings(
     max_examples=150, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]

@@ -1,4 +1,4 @@
-"""Unit tests of daemon.sources.kafka.offsets: commit points under out-of-order completion and rebalances."""
+"""Unit tests of daemon.kafka.offsets: commit points under out-of-order completion and rebalances."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from daemon.sources.kafka.offsets import OffsetBook, PartitionOffsets
+from daemon.kafka.offsets import OffsetBook, PartitionOffsets
 
 
 def test_nothing_known_commits_nothing() -> None:

@@ -20,7 +20,7 @@ from aiokafka.errors import (
 )
 
 from daemon.errors import SinkError
-from daemon.sinks.kafka import KafkaSink, Output, RecordTooLargeError, send_failure_remedy
+from daemon.kafka.sink import KafkaSink, Output, RecordTooLargeError, send_failure_remedy
 from tests.doubles.kafka import FakeProducer, RecordingProducer, ScriptedSink, kafka_config
 
 CONFIG = kafka_config()

@@ -1,4 +1,4 @@
-"""Record batches as aiokafka's fetcher reads them through :mod:`daemon.sources.kafka.undecodable`:
+"""Record batches as aiokafka's fetcher reads them through :mod:`daemon.kafka.undecodable`:
 compressed batches decode; a payload that does not decompress, an unknown codec and a CRC mismatch each
 become one stand-in for the batch, never an exception out of the fetcher; so does a batch that would
 inflate past the limit (a decompression bomb), found without inflating more than the limit."""
@@ -12,7 +12,7 @@ from aiokafka import TopicPartition
 from aiokafka.consumer.fetcher import READ_UNCOMMITTED, PartitionRecords
 from aiokafka.record.default_records import DefaultRecordBatchBuilder
 
-from daemon.sources.kafka.undecodable import _TolerantRecords, undecodable
+from daemon.kafka.undecodable import _TolerantRecords, undecodable
 from tests.kafka_broker import CODEC_IDS, forged_batch
 
 TP = TopicPartition("t", 0)

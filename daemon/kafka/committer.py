@@ -8,15 +8,15 @@ that reads ``exactly_once``); the source hands each finished output to it and as
   with the consumer's ``commit``. A crash re-reads what was not committed, so an output may be written
   twice.
 * :class:`TransactionalCommitter` (``exactly_once = true``): outputs are held
-  (:mod:`daemon.sources.kafka.held`) and each commit writes those below the new commit points together
-  with the offsets in one Kafka transaction (:meth:`daemon.sinks.kafka.KafkaSink.write_transaction`).
+  (:mod:`daemon.kafka.held`) and each commit writes those below the new commit points together
+  with the offsets in one Kafka transaction (:meth:`daemon.kafka.sink.KafkaSink.write_transaction`).
   :func:`committer_for` makes the sink's producer transactional for it, before the sink starts
-  (``transactional_id``, by default :func:`~daemon.sinks.kafka.default_transactional_id`).
+  (``transactional_id``, by default :func:`~daemon.kafka.sink.default_transactional_id`).
 
-Both commit every owned partition's new commit point (:mod:`daemon.sources.kafka.offsets`) and never
+Both commit every owned partition's new commit point (:mod:`daemon.kafka.offsets`) and never
 commit a partition again after it was revoked. An output the broker refuses as too large
-(:class:`~daemon.sinks.kafka.RecordTooLargeError`) is that message's problem, not the service's: its
-:attr:`~daemon.sinks.kafka.Output.fallback` (a reduced dead letter) is written instead, and if there
+(:class:`~daemon.kafka.sink.RecordTooLargeError`) is that message's problem, not the service's: its
+:attr:`~daemon.kafka.sink.Output.fallback` (a reduced dead letter) is written instead, and if there
 is none or that is refused too, nothing: the refusal is logged with the message's coordinates and
 counted (``docsumd_kafka_refused_records``), and its offset counts as finished all the same, so that
 one record can never stop the partition or crash-loop the daemon. A failed commit is retried with
@@ -37,15 +37,15 @@ from aiokafka.errors import KafkaError
 
 from daemon.config import KafkaSourceConfig
 from daemon.errors import ProducerFencedError, SinkError
+from daemon.kafka.held import Held, HeldOutputs
+from daemon.kafka.offsets import OffsetBook, PartitionOffsets
+from daemon.kafka.sink import Output, RecordTooLargeError, default_transactional_id
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import KAFKA_COMMITS, KAFKA_PENDING_RESULTS, KAFKA_REFUSED_RECORDS
 from daemon.records import Headers
-from daemon.sinks.kafka import Output, RecordTooLargeError, default_transactional_id
-from daemon.sources.kafka.held import Held, HeldOutputs
-from daemon.sources.kafka.offsets import OffsetBook, PartitionOffsets
 
 # One logger for the whole package, named as before it was one: log queries keep matching.
-log = get_logger("daemon.sources.kafka")
+log = get_logger("daemon.kafka")
 
 P = TypeVar("P", bound=Hashable)
 
@@ -85,7 +85,7 @@ class TransactionWriter(Protocol):
 
 
 class OutputSink(OutputSender, TransactionWriter, Protocol):
-    """Both ways of writing outputs: :class:`~daemon.sinks.kafka.KafkaSink`."""
+    """Both ways of writing outputs: :class:`~daemon.kafka.sink.KafkaSink`."""
 
 
 def committer_for(

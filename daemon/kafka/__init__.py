@@ -13,18 +13,18 @@ too deeply to parse, no text, a tombstone, a header whose value is null) fails w
 over ``max_header_bytes`` with ``too_large``. None ever stops its partition: all become dead letters
 and the offset moves on. So does a record the Kafka client itself cannot decode (a header name that
 is not UTF-8, which brokers do not check): the rest of its record batch becomes one dead letter
-naming the offsets skipped (:mod:`~daemon.sources.kafka.undecodable`).
+naming the offsets skipped (:mod:`~daemon.kafka.undecodable`).
 
-**Output.** :class:`~daemon.sinks.kafka.KafkaSink`: results to ``output_topic`` (key: the document
+**Output.** :class:`~daemon.kafka.sink.KafkaSink`: results to ``output_topic`` (key: the document
 id; value: the same record as the folder's result file; headers: the input's, plus ``model`` and
 ``prompt_version``), failure records to ``dead_letter_topic`` with the source topic, partition and
 offset and the original value (its first ``dead_letter_payload_bytes`` and its size when larger).
 Every output is built to fit ``max_request_bytes`` (bounded copies of key, headers and payload; a
 dead letter that would not fit is reduced), and one the broker refuses anyway is replaced by its
-reduced dead letter (:mod:`~daemon.sources.kafka.messages`, :mod:`~daemon.sources.kafka.committer`).
+reduced dead letter (:mod:`~daemon.kafka.messages`, :mod:`~daemon.kafka.committer`).
 
 **Offsets.** Auto-commit is off. Documents finish out of order; per partition the committed offset
-is the lowest one not yet finished (:mod:`daemon.sources.kafka.offsets`): a result or dead letter is
+is the lowest one not yet finished (:mod:`daemon.kafka.offsets`): a result or dead letter is
 acknowledged by the broker before its offset counts as finished. Commits run every
 ``commit_interval_seconds``, on rebalance (for the partitions being revoked; nothing is committed for
 them afterwards) and on stop. Delivery is at least once: a crash re-reads what was not committed.
@@ -51,29 +51,29 @@ partition, refreshed every ``lag_interval_seconds``.
 
 Where each concern lives (one place to change each):
 
-* :mod:`~daemon.sources.kafka.source`: :class:`KafkaSource`, a thin facade: lifecycle, fetch and
+* :mod:`~daemon.kafka.source`: :class:`KafkaSource`, a thin facade: lifecycle, fetch and
   backpressure (pause, resume, idle pause), the rebalance listener, the lag metric, work items.
-* :mod:`~daemon.sources.kafka.messages`: the input format (:func:`parse_message`), a work item's
+* :mod:`~daemon.kafka.messages`: the input format (:func:`parse_message`), a work item's
   metadata, the output message of a result or a dead letter.
-* :mod:`~daemon.sources.kafka.committer`: the commit rule, at least once or transactional, chosen
+* :mod:`~daemon.kafka.committer`: the commit rule, at least once or transactional, chosen
   once at start (:func:`committer_for`).
-* :mod:`~daemon.sources.kafka.offsets`: which offset of a partition may be committed (pure logic).
-* :mod:`~daemon.sources.kafka.held`: exactly once, the outputs held for their transaction (pure logic).
+* :mod:`~daemon.kafka.offsets`: which offset of a partition may be committed (pure logic).
+* :mod:`~daemon.kafka.held`: exactly once, the outputs held for their transaction (pure logic).
 
 The records themselves (result, failure, dead-letter envelope, headers) are shaped in
-:mod:`daemon.records`; the producer is :mod:`daemon.sinks.kafka`.
+:mod:`daemon.records`; the producer is :mod:`daemon.kafka.sink`.
 """
 
 from __future__ import annotations
 
-from daemon.sources.kafka.committer import (
+from daemon.kafka.committer import (
     AtLeastOnceCommitter,
     Committer,
     TransactionalCommitter,
     committer_for,
 )
-from daemon.sources.kafka.messages import ParsedMessage, parse_message
-from daemon.sources.kafka.source import SOURCE_NAME, KafkaSource, KafkaSourceError
+from daemon.kafka.messages import ParsedMessage, parse_message
+from daemon.kafka.source import SOURCE_NAME, KafkaSource, KafkaSourceError
 
 __all__ = [
     "SOURCE_NAME",

@@ -1,9 +1,9 @@
 """aiokafka's client options, from ``[sources.kafka]``: the one place that turns the connection and
-security keys into arguments of aiokafka's consumer (:mod:`daemon.sources.kafka.source`) and
-producer (:mod:`daemon.sinks.kafka`), the TLS context included.
+security keys into arguments of aiokafka's consumer (:mod:`daemon.kafka.source`) and
+producer (:mod:`daemon.kafka.sink`), the TLS context included.
 
 A module of its own, beside both: the source imports the sink, so the sink cannot import the source's
-package (:mod:`daemon.sources.kafka`) without an import cycle. Imported only by daemons that read Kafka.
+package (:mod:`daemon.kafka`) without an import cycle. Imported only by daemons that read Kafka.
 """
 
 from __future__ import annotations

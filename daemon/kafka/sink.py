@@ -8,10 +8,10 @@ source marks the input's offset finished. A write that fails is retried for up t
 :class:`~daemon.errors.SinkError` (fatal: nothing may be acknowledged unwritten). One refusal is not
 the service's fault but the record's: a record over ``max_request_bytes``, or one the broker refuses
 as too large, raises :class:`RecordTooLargeError` (a per-document error), and the source writes the
-record's :attr:`Output.fallback` instead (see :mod:`daemon.sources.kafka.committer`).
+record's :attr:`Output.fallback` instead (see :mod:`daemon.kafka.committer`).
 
 In exactly-once mode the producer is transactional instead: the source's transactional committer
-(:mod:`daemon.sources.kafka.committer`, which alone reads ``exactly_once``) asks for it before the
+(:mod:`daemon.kafka.committer`, which alone reads ``exactly_once``) asks for it before the
 sink starts (:meth:`KafkaSink.use_transactions`), holds finished outputs and calls
 :meth:`KafkaSink.write_transaction`, which writes them and the consumed offsets in one transaction
 (``send_offsets_to_transaction``). Readers with ``isolation.level=read_committed`` see each committed
@@ -29,7 +29,7 @@ from typing import Any, Final, Literal
 
 from daemon.config import KafkaSourceConfig
 from daemon.errors import DocumentError, ProducerFencedError, SinkError
-from daemon.kafka_client import client_options
+from daemon.kafka.client import client_options
 from daemon.lifecycle import Lifecycle
 from daemon.ops.logging import get_logger
 from daemon.records import Headers
@@ -90,7 +90,7 @@ class KafkaSink(Lifecycle):
 
     def use_transactions(self, transactional_id: str) -> None:
         """Make the producer transactional, under ``transactional_id``: the transactional committer
-        asks for it (:func:`daemon.sources.kafka.committer.committer_for`), before :meth:`start`."""
+        asks for it (:func:`daemon.kafka.committer.committer_for`), before :meth:`start`."""
         if self._producer is not None:
             raise RuntimeError("the Kafka producer is running: transactions must be asked for before start()")
         self._transactional_id = transactional_id

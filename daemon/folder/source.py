@@ -1,7 +1,7 @@
 """The watched-folder source.
 
 Every regular file directly in ``inbox`` whose name is a document's
-(:func:`~daemon.sources.inbox_names.is_candidate_name`) is a document; its name is the document id.
+(:func:`~daemon.folder.names.is_candidate_name`) is a document; its name is the document id.
 Every other entry of such a name but a folder is an input too, refused unread (below).
 Files already there at start are processed first (oldest first), then new ones as watchfiles reports
 them, with a periodic rescan as a safety net for missed events.
@@ -9,7 +9,7 @@ them, with a periodic rescan as a safety net for missed events.
 Half-written inputs are never read:
 
 * hidden files, temporary and partial names, and editors' lock, swap and backup files are ignored
-  (:mod:`daemon.sources.inbox_names`), so a writer that creates ``.NAME`` or ``NAME.tmp`` and renames it
+  (:mod:`daemon.folder.names`), so a writer that creates ``.NAME`` or ``NAME.tmp`` and renames it
   into place (the recommended convention, atomic on one file system) is always safe;
 * for writers that write in place, a file is taken only once its size and modification time have
   not changed for ``settle_seconds``.
@@ -21,7 +21,7 @@ unexplained. A folder is not a document and is never entered or moved; it is loo
 whenever the file system reports a change to it, so a regular file that later takes the name is
 picked up.
 
-Claiming (:mod:`daemon.sources.claims`): a settled file is first moved, by one atomic rename, into
+Claiming (:mod:`daemon.folder.claims`): a settled file is first moved, by one atomic rename, into
 its own folder in the private work folder, with the options sidecar that applies. Only then is it
 read, without following links and without blocking, and only if it is a regular file
 (:mod:`daemon.fs.safe_read`). What is read is what is acknowledged; a new file of the same name in the
@@ -69,6 +69,14 @@ from typing import Final, TypeVar
 
 from daemon.config import FolderSourceConfig
 from daemon.errors import DocumentError, SinkError
+from daemon.folder.claims import Claim, WorkFolder
+from daemon.folder.names import (
+    IGNORED_SUFFIXES,
+    OPTIONS_SUFFIX,
+    is_candidate_name,
+    sidecar_names,
+)
+from daemon.folder.sink import FolderSink
 from daemon.fs.blocking_io import BlockingIO, file_io
 from daemon.fs.dirs import Dir
 from daemon.fs.names import display_name, name_fields
@@ -78,14 +86,6 @@ from daemon.ops.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import observe_failed, observe_source
 from daemon.records import Record, failure_record
-from daemon.sinks.folder import FolderSink
-from daemon.sources.claims import Claim, WorkFolder
-from daemon.sources.inbox_names import (
-    IGNORED_SUFFIXES,
-    OPTIONS_SUFFIX,
-    is_candidate_name,
-    sidecar_names,
-)
 from daemon.typing import DEFAULT_PROFILE
 from daemon.work import WorkItem
 

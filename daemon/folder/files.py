@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 from daemon.document.decode import read_input_file
+from daemon.folder.sink import FolderSink
 from daemon.ops.metrics import observe_source
 from daemon.records import Record
-from daemon.sinks.folder import FolderSink
 from daemon.work import WorkItem
 
 SOURCE_NAME = "files"

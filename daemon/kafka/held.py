@@ -2,7 +2,7 @@
 
 A document's result or dead letter may not become visible before its input's offset is committed,
 and the offset may only be committed once every earlier message of its partition is finished
-(:mod:`daemon.sources.kafka.offsets`). So a finished output is *held* here under its partition and
+(:mod:`daemon.kafka.offsets`). So a finished output is *held* here under its partition and
 offset; each commit takes the held outputs *covered* by the new commit points (offset below the
 point), writes them with those offsets in one transaction, and *releases* them once it succeeded.
 A failed transaction releases nothing: the outputs stay held for the next try (one the broker refused

@@ -2,8 +2,8 @@
 
 It owns the consumer's lifecycle and its background tasks (fetch, commit, lag), the local buffer and
 its backpressure (pause, resume, idle pause), and the rebalance listener; it turns messages into work
-items (:mod:`~daemon.sources.kafka.messages`) and hands finished outputs to the committer chosen at
-start (:mod:`~daemon.sources.kafka.committer`), which owns every commit. See :mod:`daemon.sources.kafka`
+items (:mod:`~daemon.kafka.messages`) and hands finished outputs to the committer chosen at
+start (:mod:`~daemon.kafka.committer`), which owns every commit. See :mod:`daemon.kafka`
 for what the source does as a whole.
 """
 
@@ -22,21 +22,9 @@ from aiokafka.abc import ConsumerRebalanceListener
 from aiokafka.errors import KafkaError
 
 from daemon.config import KafkaSourceConfig
-from daemon.kafka_client import client_options
-from daemon.lifecycle import Lifecycle
-from daemon.ops.logging import get_logger
-from daemon.ops.metrics import (
-    KAFKA_BUFFERED,
-    KAFKA_BUFFERED_BYTES,
-    KAFKA_LAG,
-    KAFKA_PAUSED_PARTITIONS,
-    observe_kafka_commits,
-    observe_source,
-)
-from daemon.records import Record
-from daemon.sinks.kafka import KafkaSink, Output
-from daemon.sources.kafka.committer import Committer, committer_for
-from daemon.sources.kafka.messages import (
+from daemon.kafka.client import client_options
+from daemon.kafka.committer import Committer, committer_for
+from daemon.kafka.messages import (
     MessageLimits,
     OutputTopics,
     ParsedMessage,
@@ -48,13 +36,25 @@ from daemon.sources.kafka.messages import (
     read_message,
     result_output,
 )
-from daemon.sources.kafka.offsets import OffsetBook, PartitionOffsets
-from daemon.sources.kafka.undecodable import install as install_tolerant_decoding
-from daemon.sources.kafka.undecodable import undecodable
+from daemon.kafka.offsets import OffsetBook, PartitionOffsets
+from daemon.kafka.sink import KafkaSink, Output
+from daemon.kafka.undecodable import install as install_tolerant_decoding
+from daemon.kafka.undecodable import undecodable
+from daemon.lifecycle import Lifecycle
+from daemon.ops.logging import get_logger
+from daemon.ops.metrics import (
+    KAFKA_BUFFERED,
+    KAFKA_BUFFERED_BYTES,
+    KAFKA_LAG,
+    KAFKA_PAUSED_PARTITIONS,
+    observe_kafka_commits,
+    observe_source,
+)
+from daemon.records import Record
 from daemon.work import WorkItem
 
 # One logger for the whole package, named as before it was one: log queries keep matching.
-log = get_logger("daemon.sources.kafka")
+log = get_logger("daemon.kafka")
 
 SOURCE_NAME: Final = "kafka"
 _POLL_MS: Final = 50

@@ -40,12 +40,12 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from daemon.errors import ConfigError
+from daemon.folder.names import is_sidecar_name, sidecar_names
+from daemon.folder.sink import ERROR_SUFFIX, FolderSink
 from daemon.fs.dirs import PRIVATE_MODE, Dir
 from daemon.fs.durable import rename_noreplace_at
 from daemon.fs.names import MAX_STEM_BYTES, display_name, first_free, numbered, record_stem, shortened
 from daemon.ops.logging import get_logger
-from daemon.sinks.folder import ERROR_SUFFIX, FolderSink
-from daemon.sources.inbox_names import is_sidecar_name, sidecar_names
 
 log = get_logger(__name__)
 

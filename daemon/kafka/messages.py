@@ -1,7 +1,7 @@
 """Kafka messages in and out: what an input message holds, and the outputs written for it.
 
 * :func:`parse_message` reads a message's value as a JSON document record or as plain text (the
-  format is described in :mod:`daemon.sources.kafka`), after checking what every message must be:
+  format is described in :mod:`daemon.kafka`), after checking what every message must be:
   a key of at most ``max_key_bytes``, headers of at most ``max_header_bytes`` and none without a
   value; :func:`read_message` does so for a consumed message, off the event loop when it is large.
   It never raises: whatever the bytes, the answer is a document or a refusal with a reason.
@@ -11,7 +11,7 @@
   built to fit ``max_request_bytes``: keys and headers are carried only up to their limits, a dead
   letter sheds its payload and then everything but its coordinates (:func:`~daemon.records.
   reduced_dead_letter`) until it fits, and every output carries the smaller one to write instead if
-  the broker refuses it anyway (:attr:`~daemon.sinks.kafka.Output.fallback`).
+  the broker refuses it anyway (:attr:`~daemon.kafka.sink.Output.fallback`).
   The records, the dead-letter envelope and the headers are shaped in :mod:`daemon.records`.
 """
 
@@ -28,6 +28,7 @@ from aiokafka import ConsumerRecord
 
 from daemon.config import KafkaSourceConfig
 from daemon.errors import DocumentError, Reason
+from daemon.kafka.sink import Output
 from daemon.records import (
     Headers,
     Record,
@@ -40,7 +41,6 @@ from daemon.records import (
     reduced_dead_letter,
     result_headers,
 )
-from daemon.sinks.kafka import Output
 
 _JSON_FIELDS: Final = frozenset({"id", "text", "options"})
 _PARSE_IN_THREAD_BYTES: Final = 256 * 1024

@@ -102,9 +102,9 @@ from daemon.config import (  # noqa: E402
     load_config,
 )
 from daemon.contracts import Generation, Sampling  # noqa: E402
-from daemon.engine.model_files import load_tokenizer  # noqa: E402
 from daemon.engine.vllm_args import engine_kwargs  # noqa: E402
 from daemon.engine.vllm_engine import Engine  # noqa: E402
+from daemon.models.files import load_tokenizer  # noqa: E402
 from daemon.records import parse_request_id  # noqa: E402
 
 SHORT_MAX_TOKENS = 2000  # documents up to this many tokens count as short in the latency split

@@ -50,7 +50,7 @@ from daemon.cli import prepare_process  # noqa: E402
 from daemon.config import Config, load_config  # noqa: E402
 from daemon.contracts import Generation, Sampling  # noqa: E402
 from daemon.engine.admission import admission_limits  # noqa: E402
-from daemon.engine.model_files import load_tokenizer  # noqa: E402
+from daemon.models.files import load_tokenizer  # noqa: E402
 from daemon.records import parse_request_id  # noqa: E402
 from daemon.summary.chunking import tokenize_text  # noqa: E402
 from daemon.summary.profiles import build_profiles  # noqa: E402

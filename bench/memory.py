@@ -109,9 +109,9 @@ def child(args: argparse.Namespace) -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from daemon.config import Config, EngineConfig, LimitsConfig, MetricsConfig, ServiceConfig, SummaryConfig
     from daemon.contracts import Generation, Sampling
-    from daemon.engine.model_files import load_tokenizer
     from daemon.folder.files import FilesSource
     from daemon.folder.sink import FolderSink
+    from daemon.models.files import load_tokenizer
     from daemon.ops.logging import configure_logging
     from daemon.service import Service
 
@@ -253,7 +253,7 @@ def main() -> None:
         model = args.model
         if model is None:
             sys.path.insert(0, str(REPO))
-            from daemon.engine.tiny_model import build_tiny_model
+            from daemon.models.tiny import build_tiny_model
 
             model = build_tiny_model(Path(scratch) / "tiny")
         shapes = [shape for shape in args.shapes.split(",") if shape]

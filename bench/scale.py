@@ -81,7 +81,7 @@ from bench.compare import (  # noqa: E402
     add_workload_arguments,
 )
 from daemon.config import Config, load_config  # noqa: E402
-from daemon.engine.model_files import load_tokenizer  # noqa: E402
+from daemon.models.files import load_tokenizer  # noqa: E402
 from tests.e2e.harness import DaemonProcess, Layout, free_port, wait_for  # noqa: E402
 from tests.kafka_broker import KafkaBroker, committed_offsets, create_topics, end_offsets, read_all  # noqa: E402
 

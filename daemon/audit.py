@@ -146,8 +146,8 @@ def _parts(document: Document, plan: PartsPlan) -> tuple[list[Part], dict[str, A
 def chunking_plan(config: Config) -> PartsPlan:
     """The default profile's chunking with the served model's tokenizer, or paragraphs (and why) when
     the tokenizer cannot be loaded."""
-    from daemon.engine.model_files import load_tokenizer
     from daemon.errors import ConfigError
+    from daemon.models.files import load_tokenizer
     from daemon.summary.profiles import build_profiles
 
     try:

@@ -28,12 +28,12 @@ from daemon.document.layout import ExtractLimits
 from daemon.document.reader import DocumentReader
 from daemon.document.sandbox import SandboxLimits
 from daemon.engine.admission import admission_for_engine
-from daemon.engine.byte_budget import ByteBudget, Holding
-from daemon.engine.model_files import load_tokenizer
-from daemon.engine.progress import ProgressWatch
 from daemon.engine.vllm_engine import Engine
 from daemon.errors import EngineDeadError, FatalError, SinkError
 from daemon.factory import build_sources
+from daemon.intake.byte_budget import ByteBudget, Holding
+from daemon.intake.progress import ProgressWatch
+from daemon.models.files import load_tokenizer
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import ENGINE_STARTING, ENGINE_UP, INFLIGHT, QUEUED, READY, MetricsServer
 from daemon.ops.notify import SystemdNotifier
@@ -140,7 +140,7 @@ class Service:
     def healthy(self) -> bool:
         """Process alive, engine not dead (a starting engine counts as healthy), and work moving: with
         documents in flight or waiting, one finished or an engine request completed within
-        ``service.stall_seconds`` (:mod:`daemon.engine.progress`)."""
+        ``service.stall_seconds`` (:mod:`daemon.intake.progress`)."""
         if self._fatal is not None or not (self.engine.is_running or not self._ready):
             return False
         if any(isinstance(source, TroubledSource) and source.problem for source in self.sources):

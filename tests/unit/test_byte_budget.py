@@ -1,4 +1,4 @@
-"""Unit tests of daemon.engine.byte_budget: bytes of documents in progress, first come first served."""
+"""Unit tests of daemon.intake.byte_budget: bytes of documents in progress, first come first served."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 
 from daemon.config import Config, EngineConfig, LimitsConfig, MetricsConfig, ServiceConfig, SummaryConfig
-from daemon.engine.byte_budget import ByteBudget
 from daemon.folder.files import FilesSource
 from daemon.folder.sink import FolderSink
+from daemon.intake.byte_budget import ByteBudget
 from daemon.service import Service
 from tests.doubles.engine import FakeEngine
 

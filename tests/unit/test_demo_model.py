@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from daemon.cli import main
-from daemon.engine import demo_model as demo
 from daemon.errors import ConfigError
+from daemon.models import demo
 
 FAKE_GGUF = b"GGUF not really a model " * 64
 

@@ -1,4 +1,4 @@
-"""The model folder and tokenizer the config names (daemon/engine/model_files.py), broken in every way
+"""The model folder and tokenizer the config names (daemon/models/files.py), broken in every way
 an operator's folder can be: each is exit 2 with one line naming the problem, through the real
 command line, never a hang, a traceback or a tokenizer that silently turns text into nothing.
 
@@ -21,12 +21,12 @@ import pytest
 
 from daemon.cli import main
 from daemon.config import EngineConfig
-from daemon.engine.model_files import (
+from daemon.errors import ConfigError
+from daemon.models.files import (
     MAX_TOKENIZER_FILE_BYTES,
     check_model_path,
     load_tokenizer,
 )
-from daemon.errors import ConfigError
 from tests.config_files import config_file
 
 REPO = Path(__file__).resolve().parents[2]

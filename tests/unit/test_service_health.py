@@ -18,9 +18,9 @@ import pytest
 
 from daemon.config import Config, EngineConfig, MetricsConfig, ServiceConfig, SummaryConfig
 from daemon.contracts import Source
-from daemon.engine.progress import ProgressWatch
 from daemon.folder.files import FilesSource
 from daemon.folder.sink import FolderSink
+from daemon.intake.progress import ProgressWatch
 from daemon.ops.notify import SystemdNotifier
 from daemon.service import Service
 from tests.doubles.clock import FakeClock

@@ -298,7 +298,7 @@ def _check_sha256(actual: str, what: str) -> None:
 
 def _convert_in_child(gguf_path: Path, output_dir: Path) -> None:
     """:func:`convert_gguf` in a child process; ConfigError with its last error line if it fails."""
-    code = "import sys; from pathlib import Path; from daemon.engine.demo_model import convert_gguf; "
+    code = "import sys; from pathlib import Path; from daemon.models.demo import convert_gguf; "
     code += "convert_gguf(Path(sys.argv[1]), Path(sys.argv[2]))"
     env = {
         **os.environ,

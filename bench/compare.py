@@ -398,7 +398,7 @@ def _pdf_workload(args: argparse.Namespace, config: Config) -> tuple[list[_Pdf],
     ``--count`` by name, each with its text as a worker extracts it (the same function, here); and the
     ones left out, with why."""
     from daemon.document.extract.pdf import extract_pdf
-    from daemon.document.layout import ExtractLimits
+    from daemon.document.types import ExtractLimits
     from daemon.errors import DocumentError
 
     section = config.extract
@@ -915,7 +915,7 @@ class RecordingEngine:
 
 class _RssSampler:
     """Peak RSS of this process and its children (EngineCore, workers), sampled every 0.2 s; apart,
-    the extraction workers' (``daemon.document.worker``): their peak together and the largest one's,
+    the extraction workers' (``daemon.document.sandbox.worker``): their peak together and the largest one's,
     and their CPU seconds (each worker's last reading; a worker replaced between two samples loses at
     most 0.2 s of its own)."""
 
@@ -943,7 +943,7 @@ class _RssSampler:
 
     def _is_worker(self, process: psutil.Process) -> bool:
         if process.pid not in self._kinds:
-            self._kinds[process.pid] = "daemon.document.worker" in process.cmdline()
+            self._kinds[process.pid] = "daemon.document.sandbox.worker" in process.cmdline()
         return self._kinds[process.pid]
 
     def _sample(self) -> None:

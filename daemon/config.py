@@ -284,8 +284,7 @@ class SummaryConfig(_Section):
         ge=0,
         description="map_reduce: the final combine step also reads the document's first this many tokens "
         "verbatim (title, parties, abstract, preamble), as far as they fit beside the part summaries; "
-        "0: part summaries only. 384 raised ROUGE-L from 0.117 to 0.137 on 8 corpus documents "
-        "(bench/RESULTS.md).",
+        '0: part summaries only (its effect on quality: bench/RESULTS.md, "summary-v3 and v4").',
     )
     max_parts: int = Field(
         default=1024,
@@ -474,7 +473,7 @@ class AdmissionConfig(_Section):
         ge=0.0,
         description="Aging: a heavy request waits behind light ones, and their waves, at most this long "
         "after its document arrived; then it goes ahead of light requests that arrived later "
-        "(formerly window_seconds).",
+        "(``window_seconds`` is read as this key).",
     )
     stage_lead_seconds: float = Field(
         default=10.0,
@@ -509,8 +508,8 @@ class ExtractConfig(_Section):
 
     enabled: bool = Field(
         default=True,
-        description="false: PDF, DOCX and ODT inputs fail as 'binary' and HTML is read as plain text, "
-        "as before docsumd read these formats; no worker is started.",
+        description="false: PDF, DOCX and ODT inputs fail as 'binary' and HTML is read as plain text; "
+        "no worker is started.",
     )
     workers: int = Field(
         default=2, ge=1, le=64, description="Worker processes, so extractions at once (one CPU core each)."

@@ -24,9 +24,9 @@ from typing import Any
 
 from daemon.config import Config, ExtractConfig, LimitsConfig
 from daemon.contracts import EngineClient, ReleasingSource, Source, TroubledSource
-from daemon.document.layout import ExtractLimits
 from daemon.document.reader import DocumentReader
-from daemon.document.sandbox import SandboxLimits
+from daemon.document.sandbox.pool import SandboxLimits
+from daemon.document.types import ExtractLimits
 from daemon.engine.admission import admission_for_engine
 from daemon.engine.vllm_engine import Engine
 from daemon.errors import EngineDeadError, FatalError, SinkError

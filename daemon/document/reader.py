@@ -7,11 +7,11 @@ detect_format`; a file name or a Kafka ``content-type`` is a hint only), then:
   (:func:`~daemon.document.decode.decode_text`); Markdown and reST headings are found in the text,
   which is not changed;
 * PDF, DOCX, ODT and HTML go to the sandboxed extraction workers
-  (:class:`~daemon.document.sandbox.ExtractionPool`), and the text they return passes the checks
+  (:class:`~daemon.document.sandbox.pool.ExtractionPool`), and the text they return passes the checks
   every text passes (size as UTF-8, NUL characters, whitespace only).
 
-With ``extract.enabled = false`` no worker starts and every input is decoded as text, as before
-docsumd read these formats: PDF, DOCX and ODT fail as ``binary``, HTML is read with its tags.
+With ``extract.enabled = false`` no worker starts and every input is decoded as text: PDF, DOCX
+and ODT fail as ``binary``, HTML is read with its tags.
 """
 
 from __future__ import annotations
@@ -23,12 +23,12 @@ import time
 from types import TracebackType
 from typing import Any, Final, Self
 
-from daemon.document.decode import Document, check_text, decode_document, sha256_hex
+from daemon.document.decode import check_text, decode_document, sha256_hex
 from daemon.document.extract import text_layout
 from daemon.document.extract.markup import replace_each
 from daemon.document.formats import detect_format
-from daemon.document.layout import EXTRACTED_FORMATS, Extracted, ExtractLimits, Format
-from daemon.document.sandbox import ExtractionPool, SandboxLimits
+from daemon.document.sandbox.pool import ExtractionPool, SandboxLimits
+from daemon.document.types import EXTRACTED_FORMATS, Document, Extracted, ExtractLimits, Format
 from daemon.errors import DocumentError
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import DOCUMENT_FORMATS, EXTRACTED_PAGES, EXTRACTION_SECONDS, EXTRACTIONS
@@ -58,7 +58,7 @@ class DocumentReader:
         extract: ExtractLimits | None = None,
     ) -> None:
         """``max_input_bytes`` bounds the input and, as UTF-8, the text extracted from it; ``sandbox``
-        None turns extraction off (no worker; every input is decoded as text, as before)."""
+        None turns extraction off (no worker; every input is decoded as text)."""
         self.max_input_bytes = max_input_bytes
         self.pool: ExtractionPool | None = (
             ExtractionPool(sandbox, extract or ExtractLimits()) if sandbox is not None else None
@@ -104,7 +104,7 @@ class DocumentReader:
         """The format ``data`` will be read as (None: not a format docsumd reads; decoding refuses it)."""
         detected = detect_format(data, hint)
         if self.pool is None and detected in EXTRACTED_FORMATS:
-            return None  # read as before: decode_text refuses the binary ones, reads HTML as text
+            return None  # decode_text refuses the binary ones, reads HTML as text
         return detected
 
     async def read(

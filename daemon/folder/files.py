@@ -8,8 +8,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
-from daemon.document.decode import read_input_file
 from daemon.folder.sink import FolderSink
+from daemon.fs.safe_read import read_input_file
 from daemon.ops.metrics import observe_source
 from daemon.records import Record
 from daemon.work import WorkItem

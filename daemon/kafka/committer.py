@@ -44,8 +44,8 @@ from daemon.ops.logging import get_logger
 from daemon.ops.metrics import KAFKA_COMMITS, KAFKA_PENDING_RESULTS, KAFKA_REFUSED_RECORDS
 from daemon.records import Headers
 
-# One logger for the whole package, named as before it was one: log queries keep matching.
-log = get_logger("daemon.kafka")
+# One logger for the whole package, under the name that log queries match on.
+log = get_logger("daemon.sources.kafka")
 
 P = TypeVar("P", bound=Hashable)
 

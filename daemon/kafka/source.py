@@ -53,8 +53,8 @@ from daemon.ops.metrics import (
 from daemon.records import Record
 from daemon.work import WorkItem
 
-# One logger for the whole package, named as before it was one: log queries keep matching.
-log = get_logger("daemon.kafka")
+# One logger for the whole package, under the name that log queries match on.
+log = get_logger("daemon.sources.kafka")
 
 SOURCE_NAME: Final = "kafka"
 _POLL_MS: Final = 50

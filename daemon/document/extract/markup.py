@@ -1,4 +1,4 @@
-"""The heading-line text convention (:mod:`daemon.document.layout`): writing it, and finding the
+"""The heading-line text convention (:mod:`daemon.document.types`): writing it, and finding the
 headings of the text formats that already have them (Markdown, reStructuredText).
 
 * :class:`TextWriter` is what the extractors (DOCX, ODT, HTML) write their text with: headings as
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from daemon.document.layout import Extracted, Format, Heading, Layout
+from daemon.document.types import Extracted, Format, Heading, Layout
 from daemon.errors import DocumentError
 
 MAX_HEADING_LEVEL: Final = 6

@@ -70,6 +70,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import gc
 import json
 import os
@@ -398,16 +399,10 @@ def _pdf_workload(args: argparse.Namespace, config: Config) -> tuple[list[_Pdf],
     ``--count`` by name, each with its text as a worker extracts it (the same function, here); and the
     ones left out, with why."""
     from daemon.document.extract.pdf import extract_pdf
-    from daemon.document.types import ExtractLimits
     from daemon.errors import DocumentError
+    from daemon.service import extract_limits
 
-    section = config.extract
-    limits = ExtractLimits(
-        max_pages=args.pdf_max_pages,
-        max_output_chars=section.max_output_chars,
-        max_unpacked_bytes=section.max_unpacked_bytes,
-        max_compression_ratio=section.max_compression_ratio,
-    )
+    limits = dataclasses.replace(extract_limits(config.limits, config.extract), max_pages=args.pdf_max_pages)
     pdfs: list[_Pdf] = []
     left_out: dict[str, str] = {}
     for path in sorted(args.pdfs.glob("*.pdf")):

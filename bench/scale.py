@@ -252,7 +252,8 @@ def _run_pass(  # noqa: PLR0917 - one call site, every argument a different kind
     folder: Path,
 ) -> PassRun:
     """Start the daemons, wait for them and the group, produce the workload, wait for every result,
-    stop the daemons (SIGTERM: they commit and leave the group), read every result back."""
+    stop the daemons (SIGTERM: they commit and stop; as static members they do not leave the group, which
+    is fresh for each pass), read every result back."""
     run = PassRun(spec)
     topics = _topics(spec.label)
     asyncio.run(create_topics(broker.bootstrap, [topics["input"]], partitions=spec.partitions))
@@ -566,7 +567,7 @@ def _wait_committed(bootstrap: str, topics: dict[str, str]) -> bool:
 
 
 def _stop(daemons: list[Daemon]) -> None:
-    """SIGTERM every daemon (each drains, commits, leaves the group) and wait for each to exit."""
+    """SIGTERM every daemon (each drains and commits) and wait for each to exit."""
     for daemon in daemons:
         daemon.process.signal(signal.SIGTERM)
     for daemon in daemons:

@@ -366,8 +366,23 @@ def prepare_process(config: Config) -> None:
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     configure_logging(config.logging.level, config.logging.format)
     log_renamed_keys(config)
+    install_tracing(config)
     # After the environment is set: the check imports vLLM, which reads it at import.
     check_platform_support(config.seeded_keys())
+
+
+def install_tracing(config: Config) -> None:
+    """``[tracing]``: docsumd's tracer provider, before the engine is built (vLLM's spans need it in
+    place first; daemon/ops/tracing.py). Nothing of OpenTelemetry is loaded when it is off."""
+    if config.tracing.otlp_endpoint is None:
+        return
+    from daemon.ops import tracing
+    from daemon.ops.logging import get_logger
+
+    tracing.install(config.tracing)
+    get_logger("daemon.cli").info(
+        "tracing on", endpoint=config.tracing.traces_url, sampling_ratio=config.tracing.sampling_ratio
+    )
 
 
 async def _serve(config: Config) -> int:

@@ -24,6 +24,7 @@ import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -541,6 +542,20 @@ class ExtractConfig(_Section):
         description="Extracted text over this many characters fails with 'too_large'; the text must then "
         "also fit limits.max_input_bytes as UTF-8, like any input.",
     )
+    max_expansion_ratio: float = Field(
+        default=20.0,
+        ge=1.0,
+        description="Extracted text (as UTF-8) over this many times its input's bytes fails with "
+        "'too_expanded', once it is over expansion_floor_bytes: a small file must not hold the memory "
+        "and engine time of a large one. Extraction stops as soon as the text passes it, and the "
+        "service's byte budget counts each extracted document at this cap until its text is known.",
+    )
+    expansion_floor_bytes: int = Field(
+        default=1024 * 1024,
+        ge=0,
+        description="Extracted text up to this many bytes (as UTF-8) is never refused for its "
+        "expansion ratio, however small its input.",
+    )
     max_unpacked_bytes: int = Field(
         default=200 * 1024 * 1024,
         ge=1,
@@ -639,6 +654,16 @@ class FolderSourceConfig(_Section):
     def profile_uses(self, default: str) -> dict[str, str]:
         """What this source reads -> the profile of its documents (``default``: summary.profile)."""
         return {"sources.folder": self.profile or default}
+
+
+STATIC_SESSION_TIMEOUT_MS: Final = 300_000
+"""A static member's default session timeout: a daemon's restart (drain, engine stop, a new process,
+the engine's start) fits in it, so its partitions wait for it instead of moving."""
+DYNAMIC_SESSION_TIMEOUT_MS: Final = 30_000
+"""A dynamic member's default session timeout."""
+_JOIN_MARGIN_MS: Final = 5_000
+"""rebalance_timeout_ms stays this far below request_timeout_ms (the Java client's JoinGroup timeout is
+the rebalance timeout plus 5 s; aiokafka uses request_timeout_ms)."""
 
 
 class KafkaSourceConfig(_Section):
@@ -758,11 +783,39 @@ class KafkaSourceConfig(_Section):
         description="How often finished offsets are committed (also on stop, rebalance).",
     )
     lag_interval_seconds: float = Field(default=10.0, gt=0.0, description="Consumer lag metric period.")
-    session_timeout_ms: int = Field(
+    static_membership: bool = Field(
+        default=True,
+        description="Join the group as a static member (KIP-345) under group_instance_id: a daemon that "
+        "restarts within session_timeout_ms gets its partitions back without a rebalance of the others. "
+        "It never leaves the group on purpose (aiokafka sends no LeaveGroup for a static member): a "
+        "daemon stopped for good leaves its partitions idle until its session times out. false: a "
+        "dynamic member (leaves on stop; every join or leave rebalances the group).",
+    )
+    group_instance_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=249,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="static_membership: this daemon's member id, stable across its restarts and distinct "
+        "between daemons running at once (on Kubernetes a StatefulSet's pod name). Default: the host "
+        "name and the metrics port (HOST-PORT); with metrics off or on port 0 there is no stable default "
+        "and the daemon joins as a dynamic member (with a warning).",
+    )
+    session_timeout_ms: int | None = Field(
+        default=None,
+        ge=1000,
+        description="Kafka drops a member silent this long. Default 300000 for a static member (covers a "
+        "restart of the daemon and its engine), 30000 for a dynamic one (longer than aiokafka's 10 s: a "
+        "host busy with the engine can stall the event loop for seconds, and a needless rebalance redoes "
+        "work). Brokers accept group.min.session.timeout.ms to group.max.session.timeout.ms (Kafka's "
+        "defaults: 6000 to 1800000).",
+    )
+    rebalance_timeout_ms: int = Field(
         default=30_000,
         ge=1000,
-        description="Kafka drops a member silent this long. Longer than aiokafka's 10 s: a host busy "
-        "with the engine can stall the event loop for seconds, and a needless rebalance redoes work.",
+        description="How long the broker waits, in a rebalance, for the members to join again (aiokafka "
+        "would take session_timeout_ms). Below request_timeout_ms: aiokafka waits that long for the "
+        "join the broker holds.",
     )
     heartbeat_interval_ms: int = Field(
         default=3_000,
@@ -824,9 +877,21 @@ class KafkaSourceConfig(_Section):
             raise ValueError("output_topic and dead_letter_topic must not be input topics (a loop)")
         if self.sasl_mechanism is None and self.security_protocol.startswith("SASL"):
             raise ValueError(f"security_protocol {self.security_protocol} needs sasl_mechanism")
-        if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
+        if self.heartbeat_interval_ms * 3 > self.session_timeout(static=False):
             raise ValueError("heartbeat_interval_ms must be at most a third of session_timeout_ms")
+        if self.rebalance_timeout_ms + _JOIN_MARGIN_MS > self.request_timeout_ms:
+            raise ValueError(
+                f"rebalance_timeout_ms ({self.rebalance_timeout_ms}) must be at least {_JOIN_MARGIN_MS} "
+                f"below request_timeout_ms ({self.request_timeout_ms}): aiokafka waits request_timeout_ms "
+                "for a join the broker may hold for rebalance_timeout_ms"
+            )
         return self
+
+    def session_timeout(self, *, static: bool) -> int:
+        """The session timeout in ms: ``session_timeout_ms``, or the default of a static or dynamic member."""
+        if self.session_timeout_ms is not None:
+            return self.session_timeout_ms
+        return STATIC_SESSION_TIMEOUT_MS if static else DYNAMIC_SESSION_TIMEOUT_MS
 
 
 class SourcesConfig(_Section):
@@ -878,6 +943,48 @@ class ServiceConfig(_Section):
         "completed for this long: /healthz answers 503 and the systemd watchdog is no longer fed, so "
         "systemd restarts a wedged daemon. Idle with no work stays healthy. 0 turns it off.",
     )
+
+
+class TracingConfig(_Section):
+    """``[tracing]``: one OpenTelemetry trace per document, exported over OTLP/HTTP (off by default).
+
+    A document's span is the child of its Kafka message's ``traceparent`` (W3C trace context), or the
+    root of a new trace (folder inputs, messages without one); its steps and engine requests are its
+    children, vLLM's own ``llm_request`` spans theirs (daemon/ops/tracing.py)."""
+
+    otlp_endpoint: str | None = Field(
+        default=None,
+        description='The OTLP/HTTP collector, e.g. "http://otel-collector:4318" (spans go to its '
+        "/v1/traces; a URL with a path is used as given). Unset: no tracing, and nothing of "
+        "OpenTelemetry is loaded.",
+    )
+    sampling_ratio: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="The share of new traces recorded (documents without a sampled parent); a Kafka "
+        "message's traceparent decides for its document (parent-based sampling).",
+    )
+    service_name: str = Field(default="docsumd", min_length=1, description="The spans' service.name.")
+
+    @model_validator(mode="after")
+    def _endpoint_is_http(self) -> Self:
+        if self.otlp_endpoint is not None:
+            parts = urlsplit(self.otlp_endpoint)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(
+                    f"otlp_endpoint must be an http:// or https:// URL with a host (OTLP over HTTP), "
+                    f"got {self.otlp_endpoint!r}"
+                )
+        return self
+
+    @property
+    def traces_url(self) -> str | None:
+        """Where spans are posted: the endpoint's /v1/traces, or the endpoint itself if it has a path."""
+        if self.otlp_endpoint is None:
+            return None
+        base = self.otlp_endpoint.rstrip("/")
+        return base if urlsplit(base).path else f"{base}/v1/traces"
 
 
 class LoggingConfig(_Section):
@@ -1038,6 +1145,7 @@ class Config(BaseSettings):
     metrics: MetricsConfig = MetricsConfig()
     service: ServiceConfig = ServiceConfig()
     logging: LoggingConfig = LoggingConfig()
+    tracing: TracingConfig = TracingConfig()
     cache: CacheConfig = Field(default_factory=CacheConfig)
     profiles: dict[ProfileName, ProfileConfig] = Field(
         default_factory=dict,

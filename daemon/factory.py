@@ -9,11 +9,15 @@ and one entry in :data:`BUILDERS`.
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from typing import Any, Final
 
 from daemon.config import Config, FolderSourceConfig, KafkaSourceConfig
 from daemon.contracts import Source
+from daemon.ops.logging import get_logger
+
+log = get_logger(__name__)
 
 
 def build_folder(section: FolderSourceConfig, config: Config) -> Source:
@@ -29,9 +33,18 @@ def build_kafka(section: KafkaSourceConfig, config: Config) -> Source:
     """The Kafka consumer group, writing results and dead letters back to Kafka."""
     # Imported here: aiokafka is loaded only by daemons that read Kafka.
     from daemon.kafka import KafkaSource
+    from daemon.kafka.membership import group_instance_id, why_dynamic
     from daemon.kafka.sink import KafkaSink
 
-    return KafkaSource(section, KafkaSink(section), max_input_bytes=config.limits.max_input_bytes)
+    member = group_instance_id(section, config.metrics, socket.gethostname())
+    if member is None and section.static_membership:
+        log.warning("kafka: joining as a dynamic member", reason=why_dynamic(section))
+    return KafkaSource(
+        section,
+        KafkaSink(section),
+        max_input_bytes=config.limits.max_input_bytes,
+        group_instance_id=member,
+    )
 
 
 BUILDERS: Final[dict[str, Callable[[Any, Config], Source]]] = {

@@ -49,6 +49,20 @@ log = get_logger(__name__)
 _ENGINE_POLL_SECONDS = 2.0
 
 
+def extract_limits(limits: LimitsConfig, section: ExtractConfig) -> ExtractLimits:
+    """What one extraction may cost under a config's ``[limits]`` and ``[extract]`` (the text must also
+    fit ``limits.max_input_bytes``)."""
+    return ExtractLimits(
+        max_pages=section.max_pages,
+        max_output_chars=section.max_output_chars,
+        max_text_bytes=limits.max_input_bytes,
+        max_expansion_ratio=section.max_expansion_ratio,
+        expansion_floor_bytes=section.expansion_floor_bytes,
+        max_unpacked_bytes=section.max_unpacked_bytes,
+        max_compression_ratio=section.max_compression_ratio,
+    )
+
+
 def build_reader(limits: LimitsConfig, section: ExtractConfig) -> DocumentReader:
     """The document reader of a config's ``[limits]`` and ``[extract]``: its extraction limits, or no
     extraction when it is off."""
@@ -59,16 +73,10 @@ def build_reader(limits: LimitsConfig, section: ExtractConfig) -> DocumentReader
         timeout_seconds=section.timeout_seconds,
         max_tasks_per_worker=section.max_tasks_per_worker,
     )
-    extract = ExtractLimits(
-        max_pages=section.max_pages,
-        max_output_chars=section.max_output_chars,
-        max_unpacked_bytes=section.max_unpacked_bytes,
-        max_compression_ratio=section.max_compression_ratio,
-    )
     return DocumentReader(
         max_input_bytes=limits.max_input_bytes,
         sandbox=sandbox if section.enabled else None,
-        extract=extract,
+        extract=extract_limits(limits, section),
     )
 
 
@@ -393,7 +401,7 @@ class Service:
         try:
             if item.size is None:
                 item = dataclasses.replace(item, load=held.reading(item.load))
-            outcome = await self._pipeline.process(item)
+            outcome = await self._pipeline.process(item, room=held.hold_text)
         finally:
             held.release()
         self._progress.progressed()

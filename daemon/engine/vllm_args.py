@@ -68,6 +68,8 @@ OWNED_ARGUMENTS: Final[Mapping[str, str]] = {
     "tokenizer_revision": "docsumd's tokenizer is the model folder's, at no other revision",
     "revision": "docsumd's tokenizer is the model folder's, at no other revision",
     "runner": "docsumd generates text (vLLM's default runner)",
+    "otlp_traces_endpoint": "docsumd gives the engine [tracing] otlp_endpoint, and the engine's spans "
+    "go through docsumd's tracer",
 }
 """vLLM engine arguments docsumd sets, or relies on being left at vLLM's default -> why."""
 

@@ -21,9 +21,10 @@ EngineCore. A deliberate :meth:`Engine.stop` also keeps vLLM from logging the en
 SIGHUP, SIGUSR1 and SIGUSR2 are blocked in them the same way, and ignored (their default action would
 kill EngineCore when one is sent to the whole process group): the main process handles them.
 
-The engine's processes die with the main process however it dies, ``kill -9`` included: each watches
-its parent (:mod:`daemon.engine.reaper`). A start cancelled part-way (a stop request during start-up)
-kills the processes it had started instead of waiting minutes for the start to finish.
+The engine's processes die with the main process however it dies, ``kill -9`` included: each arms a
+parent-death signal, and EngineCore is started from a thread the engine owns until its processes are
+gone (:mod:`daemon.engine.reaper`). A start cancelled part-way (a stop request during start-up) kills
+the processes it had started instead of waiting minutes for the start to finish.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from daemon.engine.vllm_args import (
 from daemon.errors import ConfigError, EngineDeadError, EngineError, RequestError
 from daemon.lifecycle import Lifecycle
 from daemon.models.files import check_model_files
+from daemon.ops import tracing
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import ENGINE_UP
 
@@ -79,6 +81,7 @@ def engine_args(config: EngineConfig) -> Any:
 
     kwargs = engine_kwargs(config)
     kwargs["structured_outputs_config"] = StructuredOutputsConfig(**kwargs["structured_outputs_config"])
+    kwargs.update(tracing.vllm_arguments())  # [tracing]: vLLM's llm_request spans (daemon/ops/tracing.py)
     return AsyncEngineArgs(**kwargs)
 
 
@@ -134,6 +137,8 @@ class Engine(Lifecycle):
         self._stopped = False
         self._abandoned = threading.Event()
         self._processes = reaper.Processes(set())
+        # The thread EngineCore is started from: the engine's processes die when it ends.
+        self._parent = reaper.ParentThread("docsumd-engine-parent")
         self._params: dict[Sampling, SamplingParams] = {}
         self.start_seconds: float | None = None
         # vLLM refuses a request's priority unless it schedules by priority (some versions raise).
@@ -185,7 +190,7 @@ class Engine(Lifecycle):
         # keep it alive past stop(), until interpreter teardown, where its __del__ fails noisily.
         built: list[Any] = []
         before = reaper.descendants()
-        build = asyncio.ensure_future(asyncio.to_thread(lambda: built.append(self._build())))
+        build = self._parent.run(lambda: built.append(self._build()))
         try:
             # Shielded: a cancelled start must not drop the thread, it ends it (_abandon_start).
             await asyncio.shield(build)
@@ -195,6 +200,7 @@ class Engine(Lifecycle):
             await self._abandon_start(build, built, before)
             raise
         except Exception as exc:
+            self._parent.close()  # whatever vLLM left of the failed start dies with it
             raise EngineDeadError(f"engine failed to start: {exc}") from exc
         await self._warm_up()
         _freeze_startup_heap()
@@ -247,6 +253,8 @@ class Engine(Lifecycle):
             killed |= reaper.started_since(before).kill()
             await asyncio.wait({build}, timeout=0.2)
         killed |= reaper.started_since(before).kill()
+        # Once the build is over, the thread ends: anything it started late dies with it.
+        self._parent.close()
         if not build.done():
             log.warning("the engine's build thread is still running", waited_s=ABANDON_START_SECONDS)
             return
@@ -283,6 +291,7 @@ class Engine(Lifecycle):
         gc.unfreeze()  # the engine was built before the freeze: let this collection see its cycles
         gc.collect()
         await self._reap_processes()
+        self._parent.close()
         log.info("engine stopped")
 
     async def _reap_processes(self) -> None:
@@ -342,7 +351,12 @@ class Engine(Lifecycle):
         output = _Output(delta=params.output_kind == RequestOutputKind.DELTA)
         try:
             async for step in llm.generate(
-                TokensPrompt(prompt_token_ids=prompt_token_ids), params, request_id, priority=priority
+                TokensPrompt(prompt_token_ids=prompt_token_ids),
+                params,
+                request_id,
+                priority=priority,
+                # The request's span (daemon/ops/tracing.py) becomes vLLM's llm_request span's parent.
+                trace_headers=tracing.current_headers(),
             ):
                 if output.add(step) and on_prefilled is not None:
                     on_prefilled()

@@ -86,6 +86,12 @@ ENGINE_INFLIGHT_TOKENS = Gauge(
     "docsumd_engine_inflight_tokens",
     "Tokens (prompt plus output budget) of the requests admitted to the engine.",
 )
+PROMPT_TOKENS_PENDING = Gauge(
+    "docsumd_prompt_tokens_pending",
+    "Prompt tokens of the work taken in and not yet through the engine: documents in flight (by bytes / 4 "
+    "until tokenized, then their requests not yet finished) and messages fetched and not yet taken in. "
+    "What an autoscaler should scale on (daemon/ops/pending.py).",
+)
 KAFKA_LAG = Gauge(
     "docsumd_kafka_consumer_lag",
     "Messages of an owned input partition not yet finished: end offset minus committed offset.",
@@ -93,6 +99,14 @@ KAFKA_LAG = Gauge(
 )
 KAFKA_PAUSED_PARTITIONS = Gauge(
     "docsumd_kafka_paused_partitions", "Input partitions paused because the local buffer is full."
+)
+KAFKA_REBALANCES = Counter(
+    "docsumd_kafka_rebalances",
+    "Consumer group rebalances this daemon took part in: each partition assignment it received, its first "
+    "join included. A static member that restarts within its session adds only its own join.",
+)
+KAFKA_ASSIGNED_PARTITIONS = Gauge(
+    "docsumd_kafka_assigned_partitions", "Input partitions assigned to this daemon by its consumer group."
 )
 KAFKA_BUFFERED = Gauge("docsumd_kafka_buffered_messages", "Messages fetched and not yet taken in.")
 KAFKA_COMMITS = Counter(
@@ -115,7 +129,14 @@ KAFKA_REFUSED_RECORDS = Counter(
     ["written_instead"],
 )
 INFLIGHT_BYTES = Gauge(
-    "docsumd_inflight_bytes", "Input bytes of the documents read and in progress (limits.max_inflight_bytes)."
+    "docsumd_inflight_bytes",
+    "Bytes the documents in progress hold against limits.max_inflight_bytes: each its input's until "
+    "its text is counted, then the most its text may take (as UTF-8) while it is built, then its text's.",
+)
+WAITING_FOR_BYTES = Gauge(
+    "docsumd_documents_waiting_for_bytes",
+    "Documents waiting for room in limits.max_inflight_bytes: to be taken in, or in progress and "
+    "waiting for room for their text.",
 )
 DOCUMENT_FORMATS = Counter(
     "docsumd_document_formats",
@@ -130,7 +151,8 @@ EXTRACTIONS = Counter(
 )
 EXTRACTION_SECONDS = Histogram(
     "docsumd_extraction_seconds",
-    "Wall-clock time of one extraction, waiting for a free worker included.",
+    "Wall-clock time of one extraction, waiting for a free worker (and then for room for its text in "
+    "limits.max_inflight_bytes) included.",
     ["format"],
     buckets=(0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120),
 )

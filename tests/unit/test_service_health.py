@@ -165,3 +165,40 @@ def test_the_watch_clock_starts_when_work_is_first_seen() -> None:
     watch.progressed()
     assert not watch.stalled(has_work=True)
     assert not ProgressWatch(0, clock=clock).stalled(has_work=True)  # 0: off
+
+
+class _SlowSource(IdleSource):
+    """A source whose start (the Kafka source's: connect the producer, join the group and get an
+    assignment) takes until the test lets it finish."""
+
+    def __init__(self) -> None:
+        self.connected = asyncio.Event()
+
+    async def start(self) -> None:
+        await self.connected.wait()
+
+
+async def test_not_ready_until_every_source_has_connected(tmp_path: Path, tokenizer: Any) -> None:
+    # /readyz (and so a Kubernetes readiness probe) answers 503 until the engine is warm AND every
+    # source has started: the Kafka source's start returns once its producer is connected and its
+    # consumer has joined the group with an assignment.
+    slow = _SlowSource()
+    engine = FakeEngine()
+    service = _service(_config(tmp_path), engine, tokenizer, [IdleSource(), slow])
+    run = asyncio.create_task(service.run())
+    try:
+        async with asyncio.timeout(10):
+            while not engine.is_running:  # noqa: ASYNC110 - the fake engine has no event for it
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        assert service.healthy()
+        assert not service.ready()
+        slow.connected.set()
+        async with asyncio.timeout(10):
+            while not service.ready():  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        service.request_stop()
+        assert not service.ready()  # draining: no longer ready
+    finally:
+        service.request_stop()
+        await asyncio.wait_for(run, 10)

@@ -1,7 +1,7 @@
 """Processes that die with the process that started them, whatever kills it: ``PR_SET_PDEATHSIG``.
 
 Every process docsumd starts arms this for itself as its first act (:func:`die_with_parent`): the
-extraction workers (:mod:`daemon.document.worker`), and vLLM's EngineCore and workers
+extraction workers (:mod:`daemon.document.sandbox.worker`), and vLLM's EngineCore and workers
 (:mod:`daemon.engine.reaper`). The kernel then sends SIGKILL the moment the parent is gone: nothing
 in the child has to run for it (a watch thread does not run while the interpreter is stuck in its
 shutdown), and it cannot be caught or ignored. Processes that these start in turn arm it for

@@ -8,7 +8,7 @@ acknowledgement time relative to ``down``. With ``--paused`` the producer stops 
 answers are waited for) before ``down``: what the broker-restart test does with the daemon
 (``tests/e2e/test_kafka_resilience.py``).
 
-    .venv/bin/python bench/broker_restart_loss.py [--rounds 8] [--before 2] [--paused] [--json FILE]
+    .venv/bin/python -m bench.broker_restart_loss [--rounds 8] [--before 2] [--paused] [--json FILE]
 """
 
 from __future__ import annotations
@@ -28,11 +28,9 @@ from typing import Any
 
 from aiokafka import AIOKafkaProducer
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from tests.e2e.harness import free_port  # noqa: E402
-from tests.kafka_broker import KafkaBroker, create_topics, read_all  # noqa: E402
+from bench.lib.results import write_result
+from tests.e2e.harness import free_port
+from tests.kafka_broker import KafkaBroker, create_topics, read_all
 
 SEND_TIMEOUT_S = 2.0
 SETTLE_S = 1.0
@@ -129,7 +127,7 @@ def main() -> int:
     print(json.dumps(summary), flush=True)
     if args.json is not None:
         payload = {"bench": "broker_restart_loss", "date": datetime.now(UTC).isoformat(timespec="seconds")}
-        args.json.write_text(json.dumps({**payload, "summary": summary, "rounds": rounds}, indent=1) + "\n")
+        write_result(args.json, {**payload, "summary": summary, "rounds": rounds}, indent=1)
     return 0
 
 

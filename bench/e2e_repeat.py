@@ -5,8 +5,8 @@ A flaky test makes landings a lottery, so the tests that restart or kill things 
 and counted per test id from pytest's JUnit XML. Durations are each test's call plus set-up and
 tear-down as pytest reports them (the session's engine-free fixtures included once per file).
 
-    .venv/bin/python bench/e2e_repeat.py --runs 3 [--nice 10] [--json FILE] -- tests/e2e/test_x.py ...
-    .venv/bin/python bench/e2e_repeat.py --junit run1.xml run2.xml ... [--json FILE]
+    .venv/bin/python -m bench.e2e_repeat --runs 3 [--nice 10] [--json FILE] -- tests/e2e/test_x.py ...
+    .venv/bin/python -m bench.e2e_repeat --junit run1.xml run2.xml ... [--json FILE]
 
 The second form counts runs already made (``pytest --junitxml=FILE``).
 """
@@ -14,7 +14,6 @@ The second form counts runs already made (``pytest --junitxml=FILE``).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
 import statistics
@@ -27,7 +26,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.lib import REPO
+from bench.lib.results import write_result
 
 
 def outcomes(junit: Path) -> dict[str, tuple[str, float]]:
@@ -108,7 +108,7 @@ def main() -> int:
             "tests": tests,
             "failed": failed,
         }
-        args.json.write_text(json.dumps(report, indent=1) + "\n")
+        write_result(args.json, report, indent=1)
     return 1 if failed else 0
 
 

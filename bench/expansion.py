@@ -21,9 +21,9 @@ Inputs, all reproducible from the repository plus ``/work/shared`` and Debian's 
   needs above real documents.
 
     bash bench/fetch_pdfs.sh                      # once: bench/data/pdf, bench/data/debs
-    .venv/bin/python bench/expansion.py [--pdfs bench/data/pdf] [--debs bench/data/debs]
+    .venv/bin/python -m bench.expansion [--pdfs bench/data/pdf] [--debs bench/data/debs]
         [--corpus ../shared/corpus/docs] [--formats pdf,html,docx,odt]
-        [--json bench/results/cpu_expansion_ratios.json]
+        [--json FILE]
 """
 
 from __future__ import annotations
@@ -34,7 +34,6 @@ import json
 import platform
 import statistics
 import subprocess
-import sys
 import tarfile
 import tempfile
 import time
@@ -43,14 +42,15 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.lib import REPO
+from bench.lib.results import write_result
+
 FIXTURES = REPO / "tests" / "fixtures" / "documents"
 MAX_HTML_PER_PACKAGE = 200
 
 
 def corpus_folder() -> Path:
     """The shared corpus's documents: ``shared/corpus/docs`` beside the checkout (as the tests find it)."""
-    sys.path.insert(0, str(REPO))
     from tests.corpus import CORPUS_DIR
 
     return CORPUS_DIR / "docs"
@@ -158,7 +158,6 @@ def _all_inputs(args: argparse.Namespace) -> Iterator[tuple[str, str, bytes]]:
 
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     """One row per input: its size, its text's size, the ratio (or the reason it was refused)."""
-    sys.path.insert(0, str(REPO))
     from daemon.document.extract import extract
     from daemon.document.reader import clean_extracted
     from daemon.document.types import ExtractLimits, Format
@@ -239,7 +238,7 @@ def main() -> None:
     print(json.dumps(report["summary"], indent=2))
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        write_result(args.json, report)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ watches every process until it is gone (:func:`tests.e2e.kill9.kill_9`). Rounds 
 moments. Written as JSON: per round, each process's name and the seconds until it was gone, and
 what was left after ``--deadline`` seconds (then killed).
 
-    .venv/bin/python bench/kill9.py [--rounds 12] [--moments idle,start,...] [--json FILE]
+    .venv/bin/python -m bench.kill9 [--rounds 12] [--moments idle,start,...] [--json FILE]
         [--code DIR]
 
 ``--code DIR`` runs the daemon from another checkout's package (e.g. an older commit exported with
@@ -30,12 +30,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from daemon.models.tiny import build_tiny_model  # noqa: E402
-from tests.e2e.harness import DaemonProcess, Layout, free_port  # noqa: E402
-from tests.e2e.kill9 import MOMENTS, Kill9, kill_9, reach  # noqa: E402
+from bench.lib.results import write_result
+from daemon.models.tiny import build_tiny_model
+from tests.e2e.harness import DaemonProcess, Layout, free_port
+from tests.e2e.kill9 import MOMENTS, Kill9, kill_9, reach
 
 
 def one_round(root: Path, model: Path, moment: str, deadline: float, code: Path | None) -> Kill9:
@@ -100,20 +98,18 @@ def main() -> int:
     }
     print(json.dumps(summary), flush=True)
     if args.json is not None:
-        args.json.write_text(
-            json.dumps(
-                {
-                    "bench": "kill9",
-                    "date": datetime.now(UTC).isoformat(timespec="seconds"),
-                    "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
-                    "code": str(args.code) if args.code is not None else "this checkout",
-                    "deadline_s": args.deadline,
-                    "summary": summary,
-                    "rounds": rounds,
-                },
-                indent=1,
-            )
-            + "\n"
+        write_result(
+            args.json,
+            {
+                "bench": "kill9",
+                "date": datetime.now(UTC).isoformat(timespec="seconds"),
+                "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+                "code": str(args.code) if args.code is not None else "this checkout",
+                "deadline_s": args.deadline,
+                "summary": summary,
+                "rounds": rounds,
+            },
+            indent=1,
         )
     return 1 if summary["with_processes_left"] else 0
 

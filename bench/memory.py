@@ -22,8 +22,8 @@ Shapes (``--shapes``), each ``--mib`` MiB of UTF-8:
 the configured ``limits.max_inflight_bytes`` and with ``--budget-mib`` (where the code has the
 setting), to show what the byte budget bounds.
 
-    .venv/bin/python bench/memory.py [--model DIR] [--mib 5] [--json bench/results/memory.json]
-    .venv/bin/python bench/memory.py --code /path/to/other/checkout --label before ...
+    .venv/bin/python -m bench.memory [--model DIR] [--mib 5] [--json FILE]
+    .venv/bin/python -m bench.memory --code /path/to/other/checkout --label before ...
 
 ``--code`` measures another checkout's daemon (e.g. before a change); the cases use only what both
 have. Without ``--model`` the tiny model is built into a temporary folder (offline, about 30 s).
@@ -43,7 +43,7 @@ and ``limits.max_inflight_bytes`` of ``--budget-mib``. ``--flood-shape`` picks t
   ``extract.expansion_floor_bytes``): accepted by the expansion cap, so only the byte budget bounds
   them.
 
-    .venv/bin/python bench/memory.py --flood docx,html,pdf,text,markdown --flood-shape capped \
+    .venv/bin/python -m bench.memory --flood docx,html,pdf,text,markdown --flood-shape capped \
         --transports folder,kafka --flood-docs 32 --budget-mib 8 [--code /tmp/base --label before]
 """
 
@@ -66,7 +66,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.lib import REPO
+from bench.lib.results import write_result
+
 MIB = 1024 * 1024
 SHAPES = ("one_line", "tiny_lines", "one_word", "prose", "letter_run", "wide_tiny_lines", "wide_letter_run")
 
@@ -175,6 +177,8 @@ def instant_engine_class() -> Any:
 
 def child(args: argparse.Namespace) -> None:
     """Run one case in this process and print its figures as one JSON line."""
+    # A deliberate path edit: the case imports ``daemon`` from the checkout measured (``bench``
+    # itself was imported from this one already).
     sys.path.insert(0, args.code)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from daemon.config import Config, EngineConfig, LimitsConfig, MetricsConfig, ServiceConfig, SummaryConfig
@@ -263,7 +267,6 @@ SUFFIXES = {
 
 def flood_input(fmt: str, shape: str, text_bytes: int) -> bytes:
     """One input of the flood (see the module's doc), from ``tests/expanding_inputs.py``."""
-    sys.path.insert(0, str(REPO))
     from tests import expanding_inputs as inputs
 
     if shape == "hostile" and fmt == "docx":
@@ -278,6 +281,8 @@ def flood_input(fmt: str, shape: str, text_bytes: int) -> bytes:
 def flood_child(args: argparse.Namespace) -> None:
     """Run one flood in this process (a warm-up document first, through the same source) and print
     its figures as one JSON line."""
+    # A deliberate path edit: the case imports ``daemon`` from the checkout measured (``bench``
+    # itself was imported from this one already).
     sys.path.insert(0, args.code)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from daemon.config import Config
@@ -390,17 +395,25 @@ def run_flood(args: argparse.Namespace, model: Path, transport: str, fmt: str, b
         staged.mkdir()
         for index in range(args.flood_docs):
             (staged / f"flood-{index:04d}{SUFFIXES[fmt]}").write_bytes(data)
-        command = [sys.executable, __file__, "--flood-child", "--transport", transport, "--format", fmt]
+        command = [
+            sys.executable,
+            "-m",
+            "bench.memory",
+            "--flood-child",
+            "--transport",
+            transport,
+            "--format",
+            fmt,
+        ]
         command += ["--flood-shape", args.flood_shape, "--budget-mib", str(args.budget_mib)]
         command += ["--model", str(model), "--code", args.code, "--work", work, "--samples", str(samples)]
         if broker is not None:
-            sys.path.insert(0, str(REPO))
             from tests.kafka_broker import Topics, create_topics
 
             topics = Topics()
             asyncio.run(create_topics(broker.bootstrap, [topics.input, topics.output, topics.dead]))
             command += ["--bootstrap", broker.bootstrap, "--topics", json.dumps(vars(topics))]
-        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=3600)
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=3600, cwd=REPO)
         if done.returncode != 0:
             raise RuntimeError(f"{transport} {fmt} failed ({done.returncode}):\n{done.stderr[-4000:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -416,7 +429,6 @@ def run_floods(args: argparse.Namespace, model: Path) -> list[Any]:
     broker = None
     with tempfile.TemporaryDirectory(prefix="docsumd-broker-") as broker_dir:
         if "kafka" in transports:
-            sys.path.insert(0, str(REPO))
             from tests.e2e.harness import free_port
             from tests.kafka_broker import KafkaBroker
 
@@ -443,10 +455,10 @@ def run_case(
     """Run one case in a fresh process; its figures."""
     samples = Path(args.code) / "daemon" / "samples"
     with tempfile.TemporaryDirectory(prefix="docsumd-memory-") as work:
-        command = [sys.executable, __file__, "--child", "--shape", shape, "--mib", str(mib)]
+        command = [sys.executable, "-m", "bench.memory", "--child", "--shape", shape, "--mib", str(mib)]
         command += ["--docs", str(docs), "--budget-mib", str(budget), "--model", str(model)]
         command += ["--code", args.code, "--work", work, "--samples", str(samples)]
-        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=3600)
+        done = subprocess.run(command, capture_output=True, text=True, check=False, timeout=3600, cwd=REPO)
         if done.returncode != 0:
             raise RuntimeError(f"{shape} failed ({done.returncode}):\n{done.stderr[-4000:]}")
         result = json.loads(done.stdout.strip().splitlines()[-1])
@@ -495,7 +507,6 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="docsumd-model-") as scratch:
         model = args.model
         if model is None:
-            sys.path.insert(0, str(REPO))
             from daemon.models.tiny import build_tiny_model
 
             model = build_tiny_model(Path(scratch) / "tiny")
@@ -532,7 +543,7 @@ def main() -> None:
     }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        write_result(args.json, report)
 
 
 if __name__ == "__main__":

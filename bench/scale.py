@@ -38,7 +38,7 @@ invariants (every id has a result, no unexplained duplicates, every daemon got p
 documents, shares sum to 1). With more than one pass, ``speedup`` divides each pass's docs/s by the
 first's (one call: the machine's drift affects ratios less than absolute figures).
 
-    .venv/bin/python bench/scale.py [--workload corpus|mixed] [--count N] [--docs DIR] [--config FILE]
+    .venv/bin/python -m bench.scale [--workload corpus|mixed] [--count N] [--docs DIR] [--config FILE]
         [--partitions P] [--pin auto|gpu|cpu|none] [--run LABEL:daemons=N[,tp=K][,keying=K][,partitions=P]]...
         [--json FILE]
 
@@ -66,24 +66,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
-from aiokafka.partitioner import murmur2  # noqa: E402
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.partitioner import murmur2
 
 # The single-daemon benchmark's workload, percentiles and environment: one definition of each.
-from bench.compare import (  # noqa: E402
-    SHORT_MAX_TOKENS,
-    _environment,
-    _percentile,
-    _workload,
-    add_workload_arguments,
-)
-from daemon.config import Config, load_config  # noqa: E402
-from daemon.models.files import load_tokenizer  # noqa: E402
-from tests.e2e.harness import DaemonProcess, Layout, free_port, wait_for  # noqa: E402
-from tests.kafka_broker import KafkaBroker, committed_offsets, create_topics, end_offsets, read_all  # noqa: E402
+from bench.lib.report import environment, percentile
+from bench.lib.results import write_result
+from bench.lib.workloads import SHORT_MAX_TOKENS, add_workload_arguments, workload
+from daemon.config import Config, load_config
+from daemon.models.files import load_tokenizer
+from tests.e2e.harness import DaemonProcess, Layout, free_port, wait_for
+from tests.kafka_broker import KafkaBroker, committed_offsets, create_topics, end_offsets, read_all
 
 KEYINGS = ("id", "round-robin", "hot")
 HOT_KEY = "customer-0001"
@@ -145,7 +138,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that finally blocks stop the daemons
     config = load_config(args.config)
     tokenizer = load_tokenizer(config.engine)
-    docs = _workload(args, tokenizer)
+    docs = workload(args, tokenizer)
     lengths = {name: len(tokenizer.encode(text, add_special_tokens=False)) for name, text in docs}
     print(f"workload {args.workload}: {len(docs)} documents, {sum(lengths.values())} tokens", file=sys.stderr)
     specs = [_parse_run(text, args.partitions) for text in (args.run or ["n1:daemons=1", "n2:daemons=2"])]
@@ -173,8 +166,7 @@ def _write(result: dict[str, Any], path: Path | None) -> int:
     text = json.dumps(result, indent=2)
     print(text)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text + "\n", encoding="utf-8")
+        write_result(path, result)
     return 0
 
 
@@ -605,17 +597,17 @@ def _pass_report(run: PassRun, lengths: dict[str, int]) -> dict[str, Any]:
         "seconds": round(elapsed, 3),
         "docs_per_s": round(len(first) / elapsed, 3) if elapsed > 0 else None,
         "prompt_tok_per_s": round(prompt_tokens / elapsed, 1) if elapsed > 0 else None,
-        "p50_latency_s": _percentile(list(finished.values()), 0.50),
-        "p95_latency_s": _percentile(list(finished.values()), 0.95),
+        "p50_latency_s": percentile(list(finished.values()), 0.50),
+        "p95_latency_s": percentile(list(finished.values()), 0.95),
         "short": {
             "docs": len(short),
-            "p50_latency_s": _percentile(short, 0.5),
-            "p95_latency_s": _percentile(short, 0.95),
+            "p50_latency_s": percentile(short, 0.5),
+            "p95_latency_s": percentile(short, 0.95),
         },
         "long": {
             "docs": len(long),
-            "p50_latency_s": _percentile(long, 0.5),
-            "p95_latency_s": _percentile(long, 0.95),
+            "p50_latency_s": percentile(long, 0.5),
+            "p95_latency_s": percentile(long, 0.95),
         },
         "cpu_bound_docs_per_s": _cpu_bound_rate(len(first), daemons),
         "per_daemon": daemons,
@@ -815,7 +807,7 @@ def _report(
             "max_num_seqs": config.engine.max_num_seqs,
             "max_num_batched_tokens": config.engine.max_num_batched_tokens,
         },
-        "environment": _environment(),
+        "environment": environment(),
     }
 
 

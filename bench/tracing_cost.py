@@ -23,7 +23,7 @@ Each variant's cost is its ratio to the off passes of the same round; the spread
 noise. A fresh process per engine pass because tracing must be installed before the engine is built
 and OpenTelemetry's global tracer provider can be set once per process.
 
-    .venv/bin/python bench/tracing_cost.py --docs ../shared/corpus/docs --json bench/results/x.json
+    .venv/bin/python -m bench.tracing_cost --docs ../shared/corpus/docs --json FILE
 """
 
 from __future__ import annotations
@@ -43,8 +43,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.lib import REPO
+from bench.lib.results import write_result
 
 OFF = "off"
 
@@ -171,7 +171,16 @@ def _child(args: argparse.Namespace) -> None:
 
 
 def _engine_pass(args: argparse.Namespace, variant: str, endpoint: str) -> dict[str, Any]:
-    command = [sys.executable, __file__, "--child", "--variant", variant, "--endpoint", endpoint]
+    command = [
+        sys.executable,
+        "-m",
+        "bench.tracing_cost",
+        "--child",
+        "--variant",
+        variant,
+        "--endpoint",
+        endpoint,
+    ]
     command += ["--model", str(args.model), "--docs", str(args.docs)]
     command += ["--count", str(args.count), "--max-bytes", str(args.max_bytes)]
     env = {**os.environ, "PYTHONPATH": str(REPO), "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
@@ -433,7 +442,7 @@ def main() -> None:
             engine.append({v: _engine_pass(args, v, sink.endpoint) for v in order})
             print(f"engine round {round_ + 1}: {json.dumps(engine[-1])}", file=sys.stderr)
             if args.json is not None:  # kept after every round: a stopped run keeps what it measured
-                args.json.write_text(json.dumps({**result, "engine": {"rounds": engine}}, indent=2) + "\n")
+                write_result(args.json, {**result, "engine": {"rounds": engine}})
         if engine:
             result["engine"] = {
                 "rounds": engine,
@@ -448,7 +457,7 @@ def main() -> None:
         if part in result:
             print(part, json.dumps({k: v for k, v in result[part].items() if k != "rounds"}, indent=2))
     if args.json is not None:
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_result(args.json, result)
 
 
 if __name__ == "__main__":

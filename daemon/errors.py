@@ -231,7 +231,13 @@ class EngineError(Exception):
 
 
 class RequestError(EngineError):
-    """One engine request failed; the engine is still healthy (per document)."""
+    """One engine request failed; the engine is still healthy (per document). ``reason`` is the
+    document's failure reason: ``engine_error``, or ``too_long`` when the server found the prompt
+    longer than its context."""
+
+    def __init__(self, message: str, *, reason: Reason = "engine_error") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class EngineDeadError(EngineError):

@@ -1,4 +1,4 @@
-"""Sources and their sinks, built from the config: the one place that knows every kind.
+"""Sources and their sinks, and the engine, built from the config: the one place that knows every kind.
 
 Each ``[sources.NAME]`` section of the config has a builder here. Adding a source (S3, HTTP, ...)
 means: a config section in :class:`~daemon.config.SourcesConfig` (saying which profiles it names:
@@ -13,8 +13,8 @@ import socket
 from collections.abc import Callable
 from typing import Any, Final
 
-from daemon.config import Config, FolderSourceConfig, KafkaSourceConfig
-from daemon.contracts import Source
+from daemon.config import Config, EngineConfig, FolderSourceConfig, KafkaSourceConfig
+from daemon.contracts import EngineClient, Source
 from daemon.ops.logging import get_logger
 
 log = get_logger(__name__)
@@ -62,3 +62,16 @@ def build_sources(config: Config) -> list[Source]:
         if section is not None:
             sources.append(build(section, config))
     return sources
+
+
+def build_engine(config: EngineConfig) -> EngineClient:
+    """The engine ``config`` asks for: vLLM in this process (``mode = "local"``), or the servers of
+    ``[engine.remote]`` (``mode = "remote"``)."""
+    # Imported here: neither is loaded by a daemon that does not use it.
+    if config.mode == "remote":
+        from daemon.engine.remote.engine import RemoteEngine
+
+        return RemoteEngine(config)
+    from daemon.engine.vllm_engine import Engine
+
+    return Engine(config)

@@ -4,6 +4,11 @@
 aborts the request of a cancelled caller, tells per-request failures from a dead engine, and shuts
 down the engine's processes.
 
+A request vLLM refuses *for now* (its own admission, ``max_num_queued_reqs`` or
+``max_num_queued_tokens`` since 0.29: a 503-type error, ``QueueOverflowError`` or
+``MaxQueuedTokensError``, raised even in-process) is sent again after a jittered backoff, as often as
+it takes: a full queue is never a document's failure.
+
 Two kinds of errors leave :meth:`Engine.generate`:
 
 * :class:`RequestError`: this one request failed (vLLM refused or errored on it); the document gets
@@ -37,11 +42,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from daemon.config import EngineConfig
 from daemon.contracts import Generation, Sampling
 from daemon.engine import reaper
+from daemon.engine.backoff import Backoff
 from daemon.engine.vllm_args import (
     VllmArguments,
     check_engine_config,
@@ -56,7 +62,7 @@ from daemon.lifecycle import Lifecycle
 from daemon.models.files import check_model_files
 from daemon.ops import tracing
 from daemon.ops.logging import get_logger
-from daemon.ops.metrics import ENGINE_UP
+from daemon.ops.metrics import ENGINE_REJECTIONS, ENGINE_UP
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -73,13 +79,28 @@ STOP_PROCESSES_SECONDS = 10.0
 are killed; a build still in vLLM's front-end set-up ends when that does)."""
 
 
+REJECTED_BACKOFF: Final = Backoff(first_seconds=0.1, cap_seconds=5.0)
+"""How a request vLLM's admission refused waits before it is sent again."""
+
+
+class RejectedError(RequestError):
+    """vLLM refused the request for now (its admission queue is full); it can be sent again."""
+
+
+def is_rejection(exc: BaseException) -> bool:
+    """Whether ``exc`` is vLLM refusing a request for now rather than failing it: a 503-type error
+    (``GracefulHTTPError`` subclasses carry ``http_status``, ``RetryableRequestError`` carries
+    ``status_code``). Duck-typed: the classes do not exist in every supported vLLM (0.26 has none)."""
+    return getattr(exc, "http_status", None) == 503 or getattr(exc, "status_code", None) == 503
+
+
 def engine_args(config: EngineConfig) -> Any:
     """vLLM ``AsyncEngineArgs`` for ``config`` (imported lazily: vLLM takes seconds to import); the
-    keywords are :func:`~daemon.engine.vllm_args.engine_kwargs`'s."""
+    keywords are :func:`~daemon.engine.vllm_args.engine_kwargs`'s, for the vLLM about to run."""
     from vllm import AsyncEngineArgs
     from vllm.config import StructuredOutputsConfig
 
-    kwargs = engine_kwargs(config)
+    kwargs = engine_kwargs(config, _vllm_arguments())
     kwargs["structured_outputs_config"] = StructuredOutputsConfig(**kwargs["structured_outputs_config"])
     kwargs.update(tracing.vllm_arguments())  # [tracing]: vLLM's llm_request spans (daemon/ops/tracing.py)
     return AsyncEngineArgs(**kwargs)
@@ -158,6 +179,13 @@ class Engine(Lifecycle):
         if isinstance(blocks, int) and isinstance(block_size, int) and blocks > 0:
             return blocks * block_size
         return None
+
+    @property
+    def cache_block_tokens(self) -> int | None:
+        """The KV cache's block size (known once started): vLLM's prefix cache reuses whole blocks."""
+        cache = getattr(getattr(self._llm, "vllm_config", None), "cache_config", None)
+        block_size = getattr(cache, "block_size", None)
+        return block_size if isinstance(block_size, int) and block_size > 0 else None
 
     async def start(self) -> None:
         """Build the engine (seconds to minutes: weights load, KV cache is allocated, workers start).
@@ -325,14 +353,25 @@ class Engine(Lifecycle):
         """Run one request to completion. On cancellation the vLLM request is aborted, then re-raised.
 
         ``on_prefilled`` is called once, when the engine has prefilled the prompt (its first output).
-        ``priority`` reaches vLLM only where ``[engine.extra] scheduling_policy = "priority"``.
+        ``priority`` reaches vLLM only where ``[engine.extra] scheduling_policy = "priority"``. A
+        request vLLM refuses for now (:func:`is_rejection`) is sent again after a jittered backoff.
         """
         params = self._params.get(sampling)
         if params is None:
             params = self._params[sampling] = sampling_params(sampling)
-        return await self._generate(
-            prompt_token_ids, params, request_id, on_prefilled, priority if self._by_priority else 0
-        )
+        priority = priority if self._by_priority else 0
+        attempt = 0
+        while True:
+            # A refused request was never added: its id is free, but a fresh one keeps vLLM's logs clear.
+            attempt_id = request_id if attempt == 0 else f"{request_id}:retry{attempt}"
+            try:
+                return await self._generate(prompt_token_ids, params, attempt_id, on_prefilled, priority)
+            except RejectedError as exc:
+                ENGINE_REJECTIONS.inc()
+                delay = REJECTED_BACKOFF.delay(attempt)
+                log.debug("vLLM refused the request for now: sending it again", error=str(exc), wait_s=delay)
+                await asyncio.sleep(delay)
+                attempt += 1
 
     async def _generate(
         self,
@@ -368,6 +407,8 @@ class Engine(Lifecycle):
         except Exception as exc:
             if llm.errored:
                 raise EngineDeadError(f"vLLM engine died: {exc}") from exc
+            if is_rejection(exc):
+                raise RejectedError(f"{type(exc).__name__}: {exc}") from exc
             raise RequestError(f"{type(exc).__name__}: {exc}") from exc
         final = output.last
         if final is None or not final.finished:

@@ -144,6 +144,7 @@ class KafkaSource(Lifecycle):
         self._next_fetch: dict[TopicPartition, int] = {}
         self._data = asyncio.Event()
         self._room = asyncio.Event()
+        self._intake_paused = False  # the service's: the engine serves nothing now, fetch nothing
         self._lag_due = asyncio.Event()  # set when partitions are assigned: update the lag at once
         self._tasks: list[asyncio.Task[None]] = []
         self._failure: BaseException | None = None
@@ -348,6 +349,17 @@ class KafkaSource(Lifecycle):
         assert committer is not None  # items exist only once started
         await committer.deliver(entry.partition, entry.tracker, entry.message.offset, output)
 
+    def pause_intake(self) -> None:
+        """Pause every assigned partition until :meth:`resume_intake` (the consumer keeps polling, so
+        it stays in its group; see PausableSource)."""
+        self._intake_paused = True
+        self._room.set()
+
+    def resume_intake(self) -> None:
+        """Fetch again."""
+        self._intake_paused = False
+        self._room.set()
+
     # -- fetching --------------------------------------------------------------------------------
 
     async def _fetch(self, consumer: AIOKafkaConsumer, committer: Committer[TopicPartition]) -> None:
@@ -356,8 +368,8 @@ class KafkaSource(Lifecycle):
             room = self.config.max_buffered_messages - len(self._buffer)
             if self._buffered_bytes >= self.config.max_buffered_bytes:
                 room = 0  # full by bytes: a few large messages weigh as much as many small ones
-            if committer.pause_needed:
-                room = 0  # outputs wait for an earlier message; take no more for now
+            if committer.pause_needed or self._intake_paused:
+                room = 0  # outputs wait for an earlier message, or no engine serves: take no more
             assigned = consumer.assignment()
             self._pause_or_resume(consumer, assigned, room)
             self._room.clear()

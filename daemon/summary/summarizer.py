@@ -256,7 +256,7 @@ class _DocumentRun:
                     priority=slot.priority,
                 )
             except RequestError as exc:
-                raise DocumentError("engine_error", f"the engine failed on this document: {exc}") from exc
+                raise DocumentError(exc.reason, f"the engine failed on this document: {exc}") from exc
 
     def summary(
         self,

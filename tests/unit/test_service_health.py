@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -202,3 +202,60 @@ async def test_not_ready_until_every_source_has_connected(tmp_path: Path, tokeni
     finally:
         service.request_stop()
         await asyncio.wait_for(run, 10)
+
+
+class _Fleet(FakeEngine):
+    """A :class:`~daemon.contracts.FleetEngine`: servers that can all be down at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.problem: str | None = None
+        self.engines = 2
+        self._listeners: list[Callable[[], None]] = []
+        self._up = asyncio.Event()
+        self._up.set()
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        self._listeners.append(callback)
+
+    async def wait_available(self) -> None:
+        await self._up.wait()
+
+    def set_down(self, down: bool) -> None:
+        self.problem = "no remote endpoint takes work (all down)" if down else None
+        if down:
+            self._up.clear()
+        else:
+            self._up.set()
+        for listener in self._listeners:
+            listener()
+
+
+class _PausableIdleSource(IdleSource):
+    def __init__(self) -> None:
+        self.paused: list[bool] = []
+
+    def pause_intake(self) -> None:
+        self.paused.append(True)
+
+    def resume_intake(self) -> None:
+        self.paused.append(False)
+
+
+async def test_with_every_server_down_the_service_is_unhealthy_pauses_intake_and_keeps_the_watchdog(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    fleet, source = _Fleet(), _PausableIdleSource()
+    service = _service(_config(tmp_path), fleet, tokenizer, [source])
+    async with _running(service):
+        assert service.healthy()
+        assert source.paused == [False]  # told at start: the fleet takes work
+        fleet.set_down(True)
+        assert source.paused[-1:] == [True]
+        assert not service.healthy()  # /healthz: 503
+        assert service._alive()  # the watchdog is still fed: a restart cannot bring servers back
+        await asyncio.sleep(STALL * 3)  # no stall is counted while nothing can progress
+        assert service._alive()
+        fleet.set_down(False)
+        assert source.paused[-1:] == [False]
+        assert service.healthy()

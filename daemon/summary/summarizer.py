@@ -26,13 +26,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from daemon.config import SummaryConfig
 from daemon.contracts import EngineClient, Generation, Sampling
-from daemon.document.decode import Document
+from daemon.document.types import Document
 from daemon.engine.admission import AdmissionControl
 from daemon.errors import DocumentError, RequestError
 from daemon.ops import pending, tracing
@@ -51,6 +51,7 @@ from daemon.summary.profiles import Profile, Profiles
 from daemon.summary.prompts import PROMPT_VERSION, ChatTokenizer, PromptKind
 from daemon.summary.structured import Accepted, InvalidOutput
 from daemon.summary.tidy import tidy
+from daemon.typing import Strategy
 
 T = TypeVar("T")
 
@@ -61,6 +62,30 @@ _OPENING_END: Final = "\n[...]\n\n"
 _MIN_OPENING_TOKENS: Final = 32
 
 
+_Kept = tuple[list[int], list[tuple[int, int]], int]
+Cut = Callable[[TokenizedText, int, list[int]], _Kept]
+"""How a strategy that sends one request keeps part of a long document: from the document's tokens,
+the room of one request and the gap marker's ids, the ids sent, the character spans of the text
+they cover, and how many of the document's own tokens they hold."""
+
+
+def _cut_head(
+    tokens: TokenizedText, room: int, gap_ids: list[int]
+) -> tuple[list[int], list[tuple[int, int]], int]:
+    kept = head_ids(tokens, room)
+    return kept, [(0, tokens.char_at(room))], len(kept)
+
+
+def _cut_head_tail(tokens: TokenizedText, room: int, gap_ids: list[int]) -> _Kept:
+    kept = head_tail_ids(tokens, room, gap_ids)
+    return kept, head_tail_spans(tokens, room - len(gap_ids)), len(kept) - len(gap_ids)
+
+
+CUTS: Final[dict[Strategy, Cut]] = {"head": _cut_head, "head_tail": _cut_head_tail}
+"""The strategies that send one request with part of a long document; every other strategy
+(``map_reduce``) summarizes it in stages."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """What one document asks for, after options and its profile's defaults."""
@@ -68,7 +93,7 @@ class _Plan:
     profile: Profile
     max_tokens: int
     style: Any
-    strategy: str
+    strategy: Strategy
 
 
 class _DocumentRun:
@@ -356,18 +381,11 @@ class Summarizer:
                 dropped=0,
                 spans=[(0, len(tokens.text))],
             )
-        if plan.strategy == "map_reduce":
+        cut = CUTS.get(plan.strategy)
+        if cut is None:
             return await self._map_reduce(run, tokens, plan)
-        kept = (
-            head_ids(tokens, room) if plan.strategy == "head" else head_tail_ids(tokens, room, self._gap_ids)
-        )
-        spans = (
-            [(0, tokens.char_at(room))]
-            if plan.strategy == "head"
-            else head_tail_spans(tokens, room - len(self._gap_ids))
-        )
+        kept, spans, kept_tokens = cut(tokens, room, self._gap_ids)
         final = await run.finish(PromptKind.DOCUMENT, kept, plan=plan)
-        kept_tokens = len(kept) - (len(self._gap_ids) if plan.strategy == "head_tail" else 0)
         return run.summary(
             final,
             plan=plan,

@@ -1,4 +1,5 @@
-"""Sources and their sinks, built from the config: the one place that knows every kind.
+"""Sources and their sinks, and the summary cache, built from the config: the one place that knows
+every kind.
 
 Each ``[sources.NAME]`` section of the config has a builder here. Adding a source (S3, HTTP, ...)
 means: a config section in :class:`~daemon.config.SourcesConfig`, a module under ``daemon/sources/``
@@ -11,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+from daemon.cache import SummaryCache, create_cache
 from daemon.config import Config, FolderSourceConfig, KafkaSourceConfig
 from daemon.contracts import Source
 
@@ -48,3 +50,17 @@ def build_sources(config: Config) -> list[Source]:
         if section is not None:
             sources.append(build(section, config))
     return sources
+
+
+async def build_cache(config: Config) -> SummaryCache | None:
+    """The summary cache of ``[cache]`` (not started), keyed to the engine ``config`` describes; None
+    when it is off or the model's revision cannot be known (:func:`daemon.cache.create_cache`). Call
+    it once the engine has started: a model id's files are then in the local cache."""
+    from daemon.engine.vllm_args import engine_kwargs
+
+    return await create_cache(
+        config.cache,
+        engine_kwargs(config.engine),
+        model=config.engine.model,
+        tokenizer=config.engine.tokenizer,
+    )

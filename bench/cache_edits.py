@@ -1,0 +1,245 @@
+"""An edited contract costs only its edits: the summary cache end to end (issue 41).
+
+A long contract (about 150k tokens of the served model's tokenizer) is built from the corpus's legal
+and regulatory texts, each an article of its own (``ARTICLE N``), and summarized with the real
+``docsumd summarize`` on the real vLLM engine, with the summary cache on (a SQLite store of its own,
+in a temp folder). Then, against the same store:
+
+1. **edited**: the contract with three clauses edited (a sentence added to a numbered clause at a
+   quarter, half and three quarters of the way through) is summarized: its engine tokens (prompt +
+   generated, the result's ``prompt_tokens`` + ``generated_tokens``, which leave reused work out)
+   against the first run's. Goal: at most 15%.
+2. **identical**: the first contract again under another name: goal 0 engine tokens and a summary
+   byte-identical to the first run's.
+3. **cold, cache on against off**: the contract summarized with a fresh, empty store, and with
+   ``cache.enabled = false``, alternately, ``--repeats`` times each: the document's time
+   (``timings.total_s``, from intake to its result written: the engine's start-up left out) and its
+   throughput (document tokens per second). Goal: the cache costs at most 2% of throughput (median
+   against median; the spread of each is reported).
+
+Each run is one ``docsumd summarize`` process (the engine started anew), sequential. Sampling is
+greedy (``temperature = 0``) so that the off and on runs do the same work.
+
+    PYTHONPATH=. .venv/bin/python bench/cache_edits.py --model DIR [--max-model-len 2048]
+        [--tokens 150000] [--repeats 3] [--out bench/results/cache_edits_cpu_tiny.json]
+
+With the tiny model (``docsumd make-tiny-model DIR``) tokens are what counts: its context is small, so
+a long contract makes many parts. Wrap it as the other engine benchmarks (one engine at a time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+CORPUS = REPO.parent / "shared" / "corpus" / "docs"
+EDIT = " The parties amended this clause by a written agreement dated 1 March 2026."
+
+
+def build_contract(tokenizer: Any, target_tokens: int) -> str:
+    """Articles from the corpus's legal and regulatory texts, in name order, round after round (a
+    later round's articles renamed, so none repeats another word for word) until ``target_tokens``."""
+    sources = sorted(CORPUS.glob("legal-*.txt")) + sorted(CORPUS.glob("reg-*.txt"))
+    articles: list[str] = []
+    tokens = 0
+    for round_number in range(1, 100):
+        for path in sources:
+            text = path.read_text(encoding="utf-8").strip()
+            if round_number > 1:
+                text = text.replace("License", f"Licence R{round_number}").replace(
+                    "Software", f"Software R{round_number}"
+                )
+            article = f"ARTICLE {len(articles) + 1}\n\n{text}\n"
+            articles.append(article)
+            tokens += len(tokenizer.encode(article, add_special_tokens=False))
+            if tokens >= target_tokens:
+                return "\n\n".join(articles)
+    raise SystemExit("the corpus is too small for the contract asked for")
+
+
+def edit_clauses(text: str, at: tuple[float, ...] = (0.25, 0.5, 0.75)) -> tuple[str, list[int]]:
+    """``text`` with a sentence added to the numbered clause nearest each share of its length; where."""
+    clauses = [m.start() for m in re.finditer(r"(?m)^[ \t]*\d+\.[ \t]+\S", text)]
+    offsets: list[int] = []
+    for share in at:
+        start = min(clauses, key=lambda offset: abs(offset - share * len(text)))
+        end = text.index(".", text.index(".", start) + 1) + 1  # after the clause's first sentence
+        offsets.append(end)
+    for offset in sorted(offsets, reverse=True):
+        text = text[:offset] + EDIT + text[offset:]
+    return text, sorted(offsets)
+
+
+def config_text(model: Path, max_model_len: int, cache: Path | None) -> str:
+    cache_section = (
+        f"[cache]\npath = {json.dumps(str(cache))}\n" if cache is not None else "[cache]\nenabled = false\n"
+    )
+    return (
+        textwrap.dedent(
+            f"""\
+            [engine]
+            model = {json.dumps(str(model))}
+            max_model_len = {max_model_len}
+            max_num_seqs = 64
+            max_num_batched_tokens = {max(4096, max_model_len)}
+            enable_chunked_prefill = true
+            enable_prefix_caching = true
+            kv_cache_memory_bytes = 1073741824
+            enforce_eager = true
+
+            [summary]
+            temperature = 0.0
+            max_parts = 4096
+
+            [logging]
+            format = "json"
+
+            """
+        )
+        + cache_section
+    )
+
+
+def summarize(work: Path, name: str, inputs: dict[str, str], config: str) -> dict[str, dict[str, Any]]:
+    """One ``docsumd summarize`` process over ``inputs`` (file name -> text); the result records."""
+    run = work / name
+    shutil.rmtree(run, ignore_errors=True)
+    (run / "in").mkdir(parents=True)
+    (run / "tmp").mkdir()
+    paths = []
+    for file_name, text in inputs.items():
+        path = run / "in" / file_name
+        path.write_text(text, encoding="utf-8")
+        paths.append(str(path))
+    (run / "docsumd.toml").write_text(config, encoding="utf-8")
+    env = {**os.environ, "TMPDIR": str(run / "tmp"), "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "daemon", "summarize", *paths]
+    command += ["--config", str(run / "docsumd.toml"), "--outbox", str(run / "out"), "--no-progress"]
+    started = time.monotonic()
+    with (run / "docsumd.log").open("wb") as log:
+        code = subprocess.run(command, env=env, stdout=log, stderr=subprocess.STDOUT, check=False).returncode
+    print(f"  {name}: exit {code} in {time.monotonic() - started:.0f} s", flush=True)
+    records = {}
+    for file_name in inputs:
+        path = run / "out" / f"{file_name}.summary.json"
+        if not path.is_file():
+            raise SystemExit(f"{name}: no result for {file_name} (exit {code}; see {run / 'docsumd.log'})")
+        records[file_name] = json.loads(path.read_text(encoding="utf-8"))
+    return records
+
+
+def figures(record: dict[str, Any]) -> dict[str, Any]:
+    engine_tokens = record["prompt_tokens"] + record["generated_tokens"]
+    total_s = record["timings"]["total_s"]
+    return {
+        "parts": record["parts"],
+        "depth": record["depth"],
+        "requests": record["requests"],
+        "document_tokens": record["document_tokens"],
+        "prompt_tokens": record["prompt_tokens"],
+        "generated_tokens": record["generated_tokens"],
+        "engine_tokens": engine_tokens,
+        "reused": record.get("reused"),
+        "total_s": total_s,
+        "document_tokens_per_s": round(record["document_tokens"] / total_s, 1),
+    }
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", type=Path, required=True, help="model folder (the tiny model's)")
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument("--tokens", type=int, default=150_000, help="the contract's length, about")
+    parser.add_argument("--repeats", type=int, default=3, help="cold runs with the cache on, and off")
+    parser.add_argument("--work", type=Path, default=None, help="run folders (default: a temp folder)")
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "cache_edits_cpu_tiny.json")
+    args = parser.parse_args()
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(args.model))
+    contract = build_contract(tokenizer, args.tokens)
+    edited, offsets = edit_clauses(contract)
+    work = args.work or Path(tempfile.mkdtemp(prefix="docsumd-cache-edits-"))
+    store = work / "store" / "summaries.sqlite3"
+    on = config_text(args.model, args.max_model_len, store)
+    print(f"contract: {len(contract):,} characters; edits at {offsets}; work folder {work}", flush=True)
+
+    first = summarize(work, "first", {"contract.txt": contract}, on)["contract.txt"]
+    second = summarize(work, "edited", {"contract-v2.txt": edited}, on)["contract-v2.txt"]
+    third = summarize(work, "identical", {"contract-copy.txt": contract}, on)["contract-copy.txt"]
+    cold: dict[str, list[dict[str, Any]]] = {"on": [], "off": []}
+    for repeat in range(args.repeats):
+        for mode in ("off", "on"):
+            fresh = work / f"store-{repeat}" / "summaries.sqlite3"
+            config = config_text(args.model, args.max_model_len, fresh if mode == "on" else None)
+            record = summarize(work, f"cold-{mode}-{repeat}", {"contract.txt": contract}, config)[
+                "contract.txt"
+            ]
+            cold[mode].append(figures(record))
+
+    first_f, second_f, third_f = figures(first), figures(second), figures(third)
+    throughput = {mode: [run["document_tokens_per_s"] for run in runs] for mode, runs in cold.items()}
+    cost = 1 - statistics.median(throughput["on"]) / statistics.median(throughput["off"])
+    result = {
+        "benchmark": "cache_edits",
+        "command": " ".join(sys.argv),
+        "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
+        "model": str(args.model),
+        "max_model_len": args.max_model_len,
+        "contract_chars": len(contract),
+        "edit_offsets": offsets,
+        "first": first_f,
+        "edited": second_f,
+        "identical": third_f,
+        "edited_engine_token_share": round(second_f["engine_tokens"] / first_f["engine_tokens"], 4),
+        "identical_engine_tokens": third_f["engine_tokens"],
+        "identical_summary_byte_identical": third["summary"].encode() == first["summary"].encode(),
+        "cold": cold,
+        "cold_throughput_tokens_per_s": {mode: spread(values) for mode, values in throughput.items()},
+        "cold_total_s": {mode: spread([run["total_s"] for run in runs]) for mode, runs in cold.items()},
+        "cache_cost_share_of_throughput": round(cost, 4),
+        "goals": {"edited_share_max": 0.15, "identical_tokens": 0, "cache_cost_max": 0.02},
+    }
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    summary = {
+        key: result[key]
+        for key in (
+            "edited_engine_token_share",
+            "identical_engine_tokens",
+            "identical_summary_byte_identical",
+            "cold_throughput_tokens_per_s",
+            "cache_cost_share_of_throughput",
+        )
+    }
+    print(json.dumps(summary, indent=2))
+    print(f"written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -204,7 +204,7 @@ class _DocumentRun:
         output = plan.profile.output
         base = plan.profile.sampling(plan.max_tokens)
         if key is not None and self.cache is not None and (entry := await self.cache.get(key)) is not None:
-            reused = await self._accept_cached(output, entry)
+            reused = await self._accept_cached(output, entry, whole=kind is PromptKind.DOCUMENT)
             if reused is not None:
                 return reused
         problems: list[str] = []
@@ -240,8 +240,11 @@ class _DocumentRun:
             output=clip_text(generation.text, OUTPUT_BYTES),
         )
 
-    async def _accept_cached(self, output: Any, entry: CachedSummary) -> tuple[Generation, Accepted] | None:
-        """A cached final output as the profile's format accepts it, or None (then it is made anew)."""
+    async def _accept_cached(
+        self, output: Any, entry: CachedSummary, *, whole: bool
+    ) -> tuple[Generation, Accepted] | None:
+        """A cached final output as the profile's format accepts it, or None (then it is made anew);
+        ``whole``: the request read the document itself (its one part), not part summaries."""
         generation = Generation(
             text=entry.text,
             prompt_tokens=entry.prompt_tokens,
@@ -258,7 +261,7 @@ class _DocumentRun:
                 accepted = await asyncio.to_thread(output.accept, generation, tidy)
         except InvalidOutput:
             return None
-        return self.reuse(entry), accepted
+        return self.reuse(entry, part=whole), accepted
 
     def _observe(self, output: Any, attempt: int | None, started: float) -> None:
         """Count a structured final step: valid at ``attempt`` (0 first, 1 the retry) or invalid (None)."""
@@ -548,9 +551,14 @@ class Summarizer:
                 f"({len(tokens)} tokens); summary.max_parts is {self.config.max_parts}",
             )
         part_step = run.step(PromptKind.PART, style="prose", max_tokens=part_tokens)
-        keys: list[CacheKey | None] = [
-            None if run.cache is None else run.cache.keys.part(chunk.token_ids, part_step) for chunk in chunks
-        ]
+        keys: list[CacheKey | None] = [None] * len(chunks)
+        if run.cache is not None:  # hashing every part's ids takes a while: off the event loop
+            key_maker = run.cache.keys
+            keys = list(
+                await asyncio.to_thread(
+                    lambda: [key_maker.part(chunk.token_ids, part_step) for chunk in chunks]
+                )
+            )
         generations = await run.outputs(
             PromptKind.PART,
             [(key, chunk.token_ids) for key, chunk in zip(keys, chunks, strict=True)],

@@ -143,7 +143,7 @@ async def test_a_single_request_document_is_reused_by_its_part_key_under_a_new_o
     second = await summarizer.summarize(document, SummaryOptions(strategy="head"))
     assert len(engine.calls) == 1
     assert not second.reused_document
-    assert second.reused_requests == 1
+    assert second.reused_requests == second.reused_parts == 1
     assert second.requests == 0
     assert second.text == first.text
 

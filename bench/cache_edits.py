@@ -18,7 +18,10 @@ in a temp folder). Then, against the same store:
    against median; the spread of each is reported).
 
 Each run is one ``docsumd summarize`` process (the engine started anew), sequential. Sampling is
-greedy (``temperature = 0``) so that the off and on runs do the same work.
+greedy (``temperature = 0``) so that the off and on runs do the same work. The tiny model's random
+text never ends on its own, and an output cut off at its length limit is never stored, so by default
+``summary.stop = [".", ",", ";", ":"]`` ends its outputs at their first punctuation, as a real
+model's end on their own (``--stop``).
 
     PYTHONPATH=. .venv/bin/python bench/cache_edits.py --model DIR [--max-model-len 2048]
         [--tokens 150000] [--repeats 3] [--out bench/results/cache_edits_cpu_tiny.json]
@@ -83,7 +86,7 @@ def edit_clauses(text: str, at: tuple[float, ...] = (0.25, 0.5, 0.75)) -> tuple[
     return text, sorted(offsets)
 
 
-def config_text(model: Path, max_model_len: int, cache: Path | None) -> str:
+def config_text(model: Path, max_model_len: int, cache: Path | None, stop: list[str]) -> str:
     cache_section = (
         f"[cache]\npath = {json.dumps(str(cache))}\n" if cache is not None else "[cache]\nenabled = false\n"
     )
@@ -103,6 +106,7 @@ def config_text(model: Path, max_model_len: int, cache: Path | None) -> str:
             [summary]
             temperature = 0.0
             max_parts = 4096
+            stop = {json.dumps(stop)}
 
             [logging]
             format = "json"
@@ -142,10 +146,12 @@ def summarize(work: Path, name: str, inputs: dict[str, str], config: str) -> dic
 
 
 def figures(record: dict[str, Any]) -> dict[str, Any]:
+    """What one result says of its work."""
     engine_tokens = record["prompt_tokens"] + record["generated_tokens"]
     total_s = record["timings"]["total_s"]
     return {
         "parts": record["parts"],
+        "finish_reason": record["finish_reason"],
         "depth": record["depth"],
         "requests": record["requests"],
         "document_tokens": record["document_tokens"],
@@ -174,9 +180,18 @@ def main() -> int:
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument("--tokens", type=int, default=150_000, help="the contract's length, about")
     parser.add_argument("--repeats", type=int, default=3, help="cold runs with the cache on, and off")
+    parser.add_argument(
+        "--stop",
+        action="append",
+        default=None,
+        help="summary.stop strings (default: . , ; : for the tiny model, whose random text never ends on "
+        "its own: an output cut off at its length limit is never stored, so without them nothing is "
+        "reused; give --stop '' for none)",
+    )
     parser.add_argument("--work", type=Path, default=None, help="run folders (default: a temp folder)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "cache_edits_cpu_tiny.json")
     args = parser.parse_args()
+    args.stop = [stop for stop in (args.stop or [".", ",", ";", ":"]) if stop]
 
     from transformers import AutoTokenizer
 
@@ -185,7 +200,7 @@ def main() -> int:
     edited, offsets = edit_clauses(contract)
     work = args.work or Path(tempfile.mkdtemp(prefix="docsumd-cache-edits-"))
     store = work / "store" / "summaries.sqlite3"
-    on = config_text(args.model, args.max_model_len, store)
+    on = config_text(args.model, args.max_model_len, store, args.stop)
     print(f"contract: {len(contract):,} characters; edits at {offsets}; work folder {work}", flush=True)
 
     first = summarize(work, "first", {"contract.txt": contract}, on)["contract.txt"]
@@ -195,7 +210,7 @@ def main() -> int:
     for repeat in range(args.repeats):
         for mode in ("off", "on"):
             fresh = work / f"store-{repeat}" / "summaries.sqlite3"
-            config = config_text(args.model, args.max_model_len, fresh if mode == "on" else None)
+            config = config_text(args.model, args.max_model_len, fresh if mode == "on" else None, args.stop)
             record = summarize(work, f"cold-{mode}-{repeat}", {"contract.txt": contract}, config)[
                 "contract.txt"
             ]
@@ -210,6 +225,7 @@ def main() -> int:
         "machine": {"platform": platform.platform(), "cpus": os.cpu_count()},
         "model": str(args.model),
         "max_model_len": args.max_model_len,
+        "stop": args.stop,
         "contract_chars": len(contract),
         "edit_offsets": offsets,
         "first": first_f,

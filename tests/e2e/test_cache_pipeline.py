@@ -35,7 +35,11 @@ def test_an_edited_document_reuses_its_other_parts_and_a_copy_reuses_all(
     layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path
 ) -> None:
     text = (corpus / "docs" / "legal-common-gpl-3.txt").read_text(encoding="utf-8")
-    layout.write_config(**{"summary.temperature": "0.0", "engine.max_model_len": "1024"})
+    # The tiny model's random text never ends on its own, and an output cut off at its length limit is
+    # never stored: a stop string ends its outputs as a real model's end.
+    layout.write_config(
+        **{"summary.temperature": "0.0", "summary.stop": '["e"]', "engine.max_model_len": "1024"}
+    )
     daemon = start_daemon()
     daemon.wait_ready()
 

@@ -217,3 +217,29 @@ async def test_a_store_damaged_while_running_degrades_to_misses(
     finally:
         os.chmod(tmp_path, 0o755)
         await cache.stop()
+
+
+async def test_a_structured_retry_is_not_stored_and_a_valid_first_output_is(
+    tmp_path: Path, tokenizer: Any, cache: SummaryCache
+) -> None:
+    import json
+
+    from tests.unit.test_structured import VALID
+    from tests.unit.test_structured import _summarizer as structured_summarizer
+
+    engine = FakeEngine(text=json.dumps(VALID))
+    engine.replies = [("not json", "stop")]  # the first try is refused, the retry is valid
+    summarizer = structured_summarizer(tmp_path, tokenizer, engine)
+    summarizer.cache = cache
+    record = summarizer.profiles.get("record")
+    document = make_document("A short licence.")
+    first = await summarizer.summarize(document, profile=record)
+    assert first.structured == VALID
+    assert len(engine.calls) == 2
+    again = await summarizer.summarize(document, profile=record)  # nothing stored: made anew
+    assert len(engine.calls) == 3
+    assert again.reused_requests == 0
+    third = await summarizer.summarize(document, profile=record)  # the valid first try was stored
+    assert len(engine.calls) == 3
+    assert third.reused_document
+    assert third.structured == VALID

@@ -15,6 +15,9 @@ from typing import Any, Final
 from daemon.cache import SummaryCache, create_cache
 from daemon.config import Config, FolderSourceConfig, KafkaSourceConfig
 from daemon.contracts import Source
+from daemon.ops.logging import get_logger
+
+log = get_logger(__name__)
 
 
 def build_folder(section: FolderSourceConfig, config: Config) -> Source:
@@ -55,12 +58,17 @@ def build_sources(config: Config) -> list[Source]:
 async def build_cache(config: Config) -> SummaryCache | None:
     """The summary cache of ``[cache]`` (not started), keyed to the engine ``config`` describes; None
     when it is off or the model's revision cannot be known (:func:`daemon.cache.create_cache`). Call
-    it once the engine has started: a model id's files are then in the local cache."""
+    it once the engine has started: a model id's files are then in the local cache. A cache that
+    cannot be built is logged and left off: the daemon runs without it."""
     from daemon.engine.vllm_args import engine_kwargs
 
-    return await create_cache(
-        config.cache,
-        engine_kwargs(config.engine),
-        model=config.engine.model,
-        tokenizer=config.engine.tokenizer,
-    )
+    try:
+        return await create_cache(
+            config.cache,
+            engine_kwargs(config.engine),
+            model=config.engine.model,
+            tokenizer=config.engine.tokenizer,
+        )
+    except (OSError, ValueError) as exc:  # the model's files unreadable for a fingerprint: no cache
+        log.warning("summary cache: off: the model's revision cannot be read", error=str(exc))
+        return None

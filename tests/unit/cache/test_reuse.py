@@ -243,3 +243,17 @@ async def test_a_structured_retry_is_not_stored_and_a_valid_first_output_is(
     assert len(engine.calls) == 3
     assert third.reused_document
     assert third.structured == VALID
+
+
+async def test_a_model_whose_revision_cannot_be_read_leaves_the_cache_off(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from daemon import factory
+    from daemon.config import CacheConfig, Config
+
+    async def unreadable(*args: Any, **kwargs: Any) -> None:
+        raise ValueError("more than 10000 files: not a model folder")
+
+    monkeypatch.setattr(factory, "create_cache", unreadable)
+    config = Config(engine=EngineConfig(model=str(tmp_path)), cache=CacheConfig(path=tmp_path / "c.sqlite3"))
+    assert await factory.build_cache(config) is None

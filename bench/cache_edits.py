@@ -17,11 +17,12 @@ in a temp folder). Then, against the same store:
    start-up left out) and its throughput (document tokens per second). Goal: the cache costs at
    most 2% of throughput (median against median; the spread of each is reported).
 
-Each run is one ``docsumd summarize`` process (the engine started anew), sequential. Sampling is
+The first, edited and identical runs are one ``docsumd summarize`` process, one document at a time
+(``service.max_inflight_documents = 1``); each cold run is a process of its own. Sampling is
 greedy (``temperature = 0``) so that the off and on runs do the same work. The tiny model's random
 text never ends on its own, and an output cut off at its length limit is never stored, so by default
-``summary.stop = [".", ",", ";", ":"]`` ends its outputs at their first punctuation, as a real
-model's end on their own (``--stop``).
+``summary.stop = [" "]`` ends its outputs at their first space (``--stop``): its outputs are a word
+long, so the engine tokens are nearly all prompt tokens, and staged summaries have one combine level.
 
     PYTHONPATH=. .venv/bin/python bench/cache_edits.py --model DIR [--max-model-len 2048]
         [--tokens 150000] [--repeats 3] [--out bench/results/cache_edits_cpu_tiny.json]
@@ -108,6 +109,9 @@ def config_text(model: Path, max_model_len: int, cache: Path | None, stop: list[
             max_parts = 4096
             stop = {json.dumps(stop)}
 
+            [service]
+            max_inflight_documents = 1
+
             [logging]
             format = "json"
 
@@ -184,14 +188,14 @@ def main() -> int:
         "--stop",
         action="append",
         default=None,
-        help="summary.stop strings (default: . , ; : for the tiny model, whose random text never ends on "
-        "its own: an output cut off at its length limit is never stored, so without them nothing is "
-        "reused; give --stop '' for none)",
+        help="summary.stop strings (default: one space, for the tiny model, whose random text repeats one "
+        "word and never ends on its own: an output cut off at its length limit is never stored, so "
+        "without one nothing is reused; give --stop '' for none)",
     )
     parser.add_argument("--work", type=Path, default=None, help="run folders (default: a temp folder)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "cache_edits_cpu_tiny.json")
     args = parser.parse_args()
-    args.stop = [stop for stop in (args.stop or [".", ",", ";", ":"]) if stop]
+    args.stop = [stop for stop in (args.stop or [" "]) if stop]
 
     from transformers import AutoTokenizer
 
@@ -214,15 +218,18 @@ def main() -> int:
         "edit_offsets": offsets,
         "goals": {"edited_share_max": 0.15, "identical_tokens": 0, "cache_cost_max": 0.02},
     }
-    first = summarize(work, "first", {"contract.txt": contract}, on)["contract.txt"]
+    # One process, one document at a time (service.max_inflight_documents = 1), in this order: the
+    # first run, the edited contract, the first contract again under another name.
+    names = ("1-contract.txt", "2-contract-edited.txt", "3-contract-copy.txt")
+    records = summarize(
+        work, "first-edited-identical", dict(zip(names, (contract, edited, contract), strict=True)), on
+    )
+    first, second, third = (records[name] for name in names)
     result["first"] = figures(first)
-    second = summarize(work, "edited", {"contract-v2.txt": edited}, on)["contract-v2.txt"]
     result["edited"] = figures(second)
     result["edited_engine_token_share"] = round(
         result["edited"]["engine_tokens"] / result["first"]["engine_tokens"], 4
     )
-    _write(args.out, result)
-    third = summarize(work, "identical", {"contract-copy.txt": contract}, on)["contract-copy.txt"]
     result["identical"] = figures(third)
     result["identical_engine_tokens"] = result["identical"]["engine_tokens"]
     result["identical_summary_byte_identical"] = third["summary"].encode() == first["summary"].encode()

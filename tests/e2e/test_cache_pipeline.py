@@ -38,7 +38,7 @@ def test_an_edited_document_reuses_its_other_parts_and_a_copy_reuses_all(
     # The tiny model's random text never ends on its own, and an output cut off at its length limit is
     # never stored: a stop string ends its outputs as a real model's end.
     layout.write_config(
-        **{"summary.temperature": "0.0", "summary.stop": '["e"]', "engine.max_model_len": "1024"}
+        **{"summary.temperature": "0.0", "summary.stop": '[" "]', "engine.max_model_len": "1024"}
     )
     daemon = start_daemon()
     daemon.wait_ready()

@@ -24,8 +24,8 @@ text never ends on its own, and an output cut off at its length limit is never s
 ``summary.stop = [" "]`` ends its outputs at their first space (``--stop``): its outputs are a word
 long, so the engine tokens are nearly all prompt tokens, and staged summaries have one combine level.
 
-    PYTHONPATH=. .venv/bin/python bench/cache_edits.py --model DIR [--max-model-len 2048]
-        [--tokens 150000] [--repeats 3] [--out bench/results/cache_edits_cpu_tiny.json]
+    .venv/bin/python -m bench.cache_edits --model DIR [--max-model-len 2048] [--tokens 150000]
+        [--repeats 3] [--out FILE]
 
 With the tiny model (``docsumd make-tiny-model DIR``) tokens are what counts: its context is small, so
 a long contract makes many parts. Wrap it as the other engine benchmarks (one engine at a time).
@@ -47,6 +47,8 @@ import textwrap
 import time
 from pathlib import Path
 from typing import Any
+
+from bench.lib.results import result_path, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus" / "docs"
@@ -193,9 +195,12 @@ def main() -> int:
         "without one nothing is reused; give --stop '' for none)",
     )
     parser.add_argument("--work", type=Path, default=None, help="run folders (default: a temp folder)")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "cache_edits_cpu_tiny.json")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="default: bench/results/DATE_MACHINE_cache-edits.json"
+    )
     args = parser.parse_args()
     args.stop = [stop for stop in (args.stop or [" "]) if stop]
+    args.out = args.out or result_path("cache_edits")
 
     from transformers import AutoTokenizer
 
@@ -270,9 +275,8 @@ def main() -> int:
 
 
 def _write(path: Path, result: dict[str, Any]) -> None:
-    """Write ``result`` now: a stopped benchmark keeps what it measured."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    """Write ``result`` now, stamped: a stopped benchmark keeps what it measured."""
+    write_result(path, result)
 
 
 if __name__ == "__main__":

@@ -10,8 +10,7 @@ corpus's texts longer than the budget, against the fewest possible.
 ``--tree DIR`` imports ``daemon`` from another checkout (e.g. ``git archive f340fe6 | tar -x -C DIR``)
 to measure the chunking before a change; the tokenizer is the ``--model`` folder's (the tiny model's).
 
-    PYTHONPATH=. .venv/bin/python bench/chunk_edits.py --model TINY_DIR [--tree DIR] [--budgets 600,1400]
-        [--out bench/results/chunk_edits.json]
+    .venv/bin/python -m bench.chunk_edits --model TINY_DIR [--tree DIR] [--budgets 600,1400] [--label L]
 """
 
 from __future__ import annotations
@@ -23,6 +22,8 @@ import re
 import sys
 from pathlib import Path
 from typing import Any
+
+from bench.lib.results import result_path, write_result
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus" / "docs"
@@ -46,7 +47,7 @@ def main() -> int:
     parser.add_argument("--budgets", default="600,1400")
     parser.add_argument("--edits", type=int, default=15)
     parser.add_argument("--seed", type=int, default=7)
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--label", default=None, help="the result file's label (e.g. before, after)")
     args = parser.parse_args()
     sys.path.insert(0, str(args.tree))
     from transformers import AutoTokenizer
@@ -90,9 +91,8 @@ def main() -> int:
                 fewest += min_chunks(len(tokens), budget, 64)
         totals.append({"budget": budget, "corpus_parts": parts, "fewest_possible": fewest})
         print(json.dumps(totals[-1]), flush=True)
-    if args.out is not None:
-        result = {"tree": str(args.tree), "docs": DOCS, "edits": rows, "corpus": totals}
-        args.out.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+    result = {"tree": str(args.tree), "docs": DOCS, "edits": rows, "corpus": totals}
+    write_result(result_path("chunk_edits", args.label), result)
     return 0
 
 

@@ -2,7 +2,7 @@
 what is stored, what a result says, and a store that fails.
 
 The tokenizer is the tiny model's real one; the engine is the recording fake of tests/doubles (the
-real engine with a cache runs in tests/e2e/test_cache_pipeline.py); the store is a real SQLite file.
+real engine with a cache: bench/cache_edits.py); the store is a real SQLite file.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Sources and their sinks, and the engine, built from the config: the one place that knows every kind.
+"""Sources and their sinks, the engine and the summary cache, built from the config: the one place
+that knows every kind.
 
 Each ``[sources.NAME]`` section of the config has a builder here. Adding a source (S3, HTTP, ...)
 means: a config section in :class:`~daemon.config.SourcesConfig` (saying which profiles it names:
@@ -13,6 +14,7 @@ import socket
 from collections.abc import Callable
 from typing import Any, Final
 
+from daemon.cache import SummaryCache, create_cache
 from daemon.config import Config, EngineConfig, FolderSourceConfig, KafkaSourceConfig
 from daemon.contracts import EngineClient, Source
 from daemon.ops.logging import get_logger
@@ -75,3 +77,22 @@ def build_engine(config: EngineConfig) -> EngineClient:
     from daemon.engine.vllm_engine import Engine
 
     return Engine(config)
+
+
+async def build_cache(config: Config) -> SummaryCache | None:
+    """The summary cache of ``[cache]`` (not started), keyed to the engine ``config`` describes; None
+    when it is off or the model's revision cannot be known (:func:`daemon.cache.create_cache`). Call
+    it once the engine has started: a model id's files are then in the local cache. A cache that
+    cannot be built is logged and left off: the daemon runs without it."""
+    from daemon.engine.vllm_args import engine_kwargs
+
+    try:
+        return await create_cache(
+            config.cache,
+            engine_kwargs(config.engine),
+            model=config.engine.model,
+            tokenizer=config.engine.tokenizer,
+        )
+    except (OSError, ValueError) as exc:  # the model's files unreadable for a fingerprint: no cache
+        log.warning("summary cache: off: the model's revision cannot be read", error=str(exc))
+        return None

@@ -100,6 +100,17 @@ class Summary:
     per part, else the one span (two for ``head_tail``) that was read. Each has ``part``, ``chars``
     (``[start, end)`` in the document's text) and, for documents with a layout, ``pages`` and/or
     ``section``/``headings`` (:meth:`~daemon.document.types.Layout.source_of`)."""
+    reused_document: bool = False
+    """Whether the whole summary came from the summary cache (the same bytes under the same settings)."""
+    reused_parts: int = 0
+    """Parts whose summaries came from the summary cache."""
+    reused_requests: int = 0
+    """Requests (parts, combine steps, the final one) whose output came from the summary cache; not
+    counted in ``requests``."""
+    reused_prompt_tokens: int = 0
+    """Prompt tokens the reused outputs cost when they were made; not counted in ``prompt_tokens``."""
+    reused_generated_tokens: int = 0
+    """Tokens the reused outputs generated when they were made; not in ``generated_tokens``."""
 
     @property
     def truncated(self) -> bool:
@@ -131,6 +142,24 @@ class SourceSpan(TypedDict):
     pages: NotRequired[Annotated[list[int], _doc("[first, last] page (PDF).")]]
     section: NotRequired[Annotated[list[str], _doc("The heading path at the span's start.")]]
     headings: NotRequired[Annotated[list[str], _doc("Headings that start inside the span.")]]
+
+
+@with_config(_CLOSED)
+class Reused(TypedDict):
+    """What of a result came from the summary cache (Guides: The summary cache): work made before
+    for the same text under the same model and settings. ``prompt_tokens`` and ``generated_tokens``
+    leave it out."""
+
+    document: Annotated[
+        bool,
+        _doc("The whole result: the same input bytes under the same settings (no engine request made)."),
+    ]
+    parts: Annotated[int, _doc("Parts whose summaries were reused (of parts).")]
+    requests: Annotated[
+        int, _doc("Requests whose output was reused: parts, combine steps and the final one.")
+    ]
+    prompt_tokens: Annotated[int, _doc("Prompt tokens the reused outputs cost when they were made.")]
+    generated_tokens: Annotated[int, _doc("Tokens the reused outputs generated when they were made.")]
 
 
 @with_config(_CLOSED)
@@ -240,16 +269,21 @@ class ResultRecord(TypedDict):
     truncated: Annotated[bool, _doc("Whether part of the document was not read (head, head_tail).")]
     parts: Annotated[int, _doc("Parts the document was cut into (1: it fit one request).")]
     depth: Annotated[int, _doc("Levels of summaries, the final one included.")]
-    requests: Annotated[int, _doc("Engine requests made for it, in all.")]
+    requests: Annotated[int, _doc("Engine requests made for it, in all (reused outputs not counted).")]
     document_tokens: Annotated[int, _doc("The document's length in the served model's tokenizer.")]
     dropped_tokens: Annotated[int, _doc("Document tokens not read (truncating strategies only).")]
-    prompt_tokens: Annotated[int, _doc("Prompt tokens over all its requests.")]
-    generated_tokens: Annotated[int, _doc("Generated tokens over all its requests.")]
+    prompt_tokens: Annotated[
+        int, _doc("Prompt tokens the engine read for this result, over all its requests (not reused ones).")
+    ]
+    generated_tokens: Annotated[
+        int, _doc("Tokens the engine generated for this result, over all its requests (not reused ones).")
+    ]
     summary_tokens: Annotated[int, _doc("The final summary's length in tokens.")]
     cached_prompt_tokens: Annotated[int, _doc("Prompt tokens vLLM's prefix cache served.")]
     finish_reason: Annotated[
         str | None, _doc("Why the final request stopped: stop (the model ended it) or length (the limit).")
     ]
+    reused: Annotated[Reused, _doc("What came from the summary cache instead of the engine.")]
     sha256: Annotated[str, _doc("SHA-256 of the input bytes as received.")]
     input_bytes: Annotated[int, _doc("The input's size in bytes.")]
     encoding: Annotated[str, _doc("How the text was decoded (utf-8, utf-16, ...).")]
@@ -371,6 +405,13 @@ def result_record(
         "summary_tokens": summary.summary_tokens,
         "cached_prompt_tokens": summary.cached_prompt_tokens,
         "finish_reason": summary.finish_reason,
+        "reused": {
+            "document": summary.reused_document,
+            "parts": summary.reused_parts,
+            "requests": summary.reused_requests,
+            "prompt_tokens": summary.reused_prompt_tokens,
+            "generated_tokens": summary.reused_generated_tokens,
+        },
         "sha256": document.sha256,
         "input_bytes": document.size_bytes,
         "encoding": document.encoding,

@@ -28,6 +28,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
+from daemon.cache import SummaryCache
 from daemon.config import Config, ExtractConfig, LimitsConfig
 from daemon.contracts import (
     CachingEngine,
@@ -43,7 +44,7 @@ from daemon.document.sandbox.pool import SandboxLimits
 from daemon.document.types import ExtractLimits
 from daemon.engine.admission import AdmissionControl, admission_for_engine, admission_limits
 from daemon.errors import EngineDeadError, FatalError, SinkError
-from daemon.factory import build_engine, build_sources
+from daemon.factory import build_cache, build_engine, build_sources
 from daemon.intake.byte_budget import ByteBudget, Holding
 from daemon.intake.progress import ProgressWatch
 from daemon.models.files import load_tokenizer
@@ -121,6 +122,7 @@ class Service:
         on_finished: OnFinished | None = None,
         notifier: SystemdNotifier | None = None,
         reader: DocumentReader | None = None,
+        cache: SummaryCache | None = None,
     ) -> None:
         """Everything not passed in is built from ``config``: the vLLM ``engine``, the served model's
         ``tokenizer``, the ``profiles`` with their context budgets
@@ -129,8 +131,12 @@ class Service:
         of each finished document (outcome ``ok`` or a failure reason), e.g. for a progress bar;
         ``notifier`` tells systemd of readiness, the drain and the status, and pings its watchdog;
         ``reader`` reads every input's bytes (:class:`~daemon.document.reader.DocumentReader`, whose
-        extraction workers start with the first document that needs them)."""
+        extraction workers start with the first document that needs them); ``cache``: the summary
+        cache (:mod:`daemon.cache`), which the service starts and stops; built from ``[cache]`` once
+        the engine is up when the service builds its own engine, else none unless passed in."""
         self.config = config
+        self.cache = cache
+        self._build_cache = engine is None and cache is None
         self.engine: EngineClient = engine if engine is not None else build_engine(config.engine)
         self.sources: list[Source] = sources if sources is not None else build_sources(config)
         self.reader = reader or build_reader(config.limits, config.extract)
@@ -309,6 +315,10 @@ class Service:
         except EngineDeadError as exc:
             raise FatalError(str(exc)) from exc
         ENGINE_UP.set(1)
+        if self._build_cache:
+            self.cache = await build_cache(self.config)
+        if self.cache is not None:
+            await self.cache.start()
         self._pipeline = self._build_pipeline(tokenizer, self._aligned_profiles(tokenizer, profiles))
 
     def _aligned_profiles(self, tokenizer: ChatTokenizer, profiles: Profiles) -> Profiles:
@@ -355,6 +365,7 @@ class Service:
             config.summary,
             profiles=profiles,
             admission=admission,
+            cache=self.cache,
         )
         return DocumentPipeline(
             summarizer,
@@ -371,6 +382,8 @@ class Service:
                 elif isinstance(self._fatal, SinkError):
                     await source.uncount_unsettled()  # the outputs failed, not the inputs
             await source.stop()
+        if self.cache is not None:
+            await self.cache.stop()
         await self.engine.stop()
         ENGINE_UP.set(0)
         await self.reader.stop()

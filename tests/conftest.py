@@ -10,10 +10,16 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from tests.corpus import CORPUS_DIR
 from tests.kafka_broker import KafkaBroker, noida_binary
 from tests.redis_server import RedisServer, free_port, redis_binary
+
+# Property tests check what is computed, not how fast: Hypothesis's per-example deadline (200 ms) only
+# measures the machine's load, and a busy CI runner would fail them at random.
+settings.register_profile("docsumd", deadline=None)
+settings.load_profile("docsumd")
 
 
 @pytest.fixture(scope="session")

@@ -4,6 +4,12 @@ A document is tokenized once, with character offsets, and then cut in token spac
 size is exact: ``len(chunk.token_ids)`` is what vLLM will see, and no request is ever larger than
 the budget it was cut for.
 
+Parts follow the document, so that an edit does not shift every later part: the document is first
+divided at **anchors**, breaks chosen by the text around them alone (the strongest break within
+twice the budget either side, ties settled by a hash of the tokens around it: section headings where
+the document has them), and each span between anchors is cut from its start. Unchanged text so
+yields the same parts, and the summary cache (:mod:`daemon.cache`) reuses their summaries.
+
 Cuts prefer the strongest break available in the second half of the budget (so no chunk is less than
 half full just to reach a break), in this order:
 
@@ -15,8 +21,9 @@ half full just to reach a break), in this order:
 4. whitespace between words;
 5. any token (text with no breaks at all, e.g. one 1 MB line of base64).
 
-Consecutive chunks overlap by ``overlap`` tokens (snapped forward to a word start when one is near),
-so a sentence cut by a token-level break is still read whole by one of the two parts.
+Consecutive chunks within a span overlap by ``overlap`` tokens (snapped forward to a word start when
+one is near), so a sentence cut by a word- or token-level break is still read whole by one of the
+two parts; a chunk that starts at an anchor (a sentence end or stronger) repeats nothing.
 
 Documents are tokenized with special-token parsing off: a document that contains the text
 ``<|im_end|>`` gets ordinary tokens for it and cannot break out of its place in the template. This
@@ -42,11 +49,14 @@ from __future__ import annotations
 import bisect
 import contextlib
 import copy
+import itertools
 import math
 import re
 import threading
 import weakref
+import zlib
 from array import array
+from collections import deque
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -70,6 +80,11 @@ SEPARATOR_LEVELS: Final = (
 )
 TOKEN_LEVEL: Final = len(SEPARATOR_LEVELS)
 LEVEL_NAMES: Final = ("section", "paragraph", "line", "sentence", "word", "token")
+ANCHOR_LEVELS: Final = 4
+"""Breaks at these levels (section, paragraph, line, sentence) may anchor parts (see
+:func:`split_into_chunks`)."""
+ANCHOR_CONTEXT_TOKENS: Final = 8
+"""Token ids hashed on either side of a break for its anchor score."""
 
 
 SEGMENT_CHARS: Final = 32 * 1024
@@ -243,6 +258,34 @@ class _Breaks:
                     return points[position], level
         return None
 
+    def anchors(self, ids: Sequence[int], window: int) -> list[tuple[int, int]]:
+        """The document's anchors, in order: (token index, level) of each break at a sentence end or
+        stronger whose score beats every other such break within ``window`` tokens on either side,
+        and that is at least ``window`` tokens from either end of the document.
+
+        A break's score is its strength first (a section break beats a paragraph break, which beats a
+        line break, which beats a sentence end), then a hash of the :data:`ANCHOR_CONTEXT_TOKENS`
+        token ids either side of it. Whether a break is an anchor so depends only on the text within
+        ``window`` tokens (and a few) of it: an edit moves no anchor farther away, and anchors come
+        from the document's own structure where it has one."""
+        total = len(ids)
+        level_of: dict[int, int] = {}
+        for level in range(ANCHOR_LEVELS):
+            for index in self._levels[level]:
+                if window <= index <= total - window:
+                    level_of.setdefault(index, level)
+        if not level_of:
+            return []
+        positions = sorted(level_of)
+        scores = [_anchor_score(ids, index, level_of[index]) for index in positions]
+        beaten_left = _beaten(positions, scores, window)
+        beaten_right = _beaten([-p for p in reversed(positions)], scores[::-1], window)[::-1]
+        return [
+            (index, level_of[index])
+            for index, left, right in zip(positions, beaten_left, beaten_right, strict=True)
+            if not (left or right)
+        ]
+
     def first_word_start_in(self, low: int, high: int) -> int | None:
         """The first word-or-stronger cut in ``[low, high)``."""
         found = [
@@ -275,6 +318,27 @@ def _cut_points(tokens: TokenizedText, pattern: re.Pattern[str]) -> array[int]:
     return points
 
 
+def _anchor_score(ids: Sequence[int], index: int, level: int) -> int:
+    """A break's score as an anchor: its strength, then a hash of the token ids around it."""
+    around = array("I", ids[max(0, index - ANCHOR_CONTEXT_TOKENS) : index + ANCHOR_CONTEXT_TOKENS])
+    return ((ANCHOR_LEVELS - level) << 32) | zlib.crc32(around.tobytes())
+
+
+def _beaten(positions: Sequence[int], scores: Sequence[int], window: int) -> list[bool]:
+    """For each break (increasing ``positions``), whether an earlier one within ``window`` scores at
+    least as high: a sliding maximum, one pass."""
+    beaten: list[bool] = []
+    best: deque[int] = deque()  # indices of breaks within the window, scores decreasing
+    for k, position in enumerate(positions):
+        while best and positions[best[0]] < position - window:
+            best.popleft()
+        beaten.append(bool(best) and scores[best[0]] >= scores[k])
+        while best and scores[best[-1]] <= scores[k]:
+            best.pop()
+        best.append(k)
+    return beaten
+
+
 def min_chunks(total: int, budget: int, overlap: int = 0) -> int:
     """The fewest chunks of at most ``budget`` tokens, consecutive ones sharing ``overlap``, that can
     cover ``total`` tokens: no cut can do with fewer, so a count above a limit refuses a document
@@ -285,12 +349,25 @@ def min_chunks(total: int, budget: int, overlap: int = 0) -> int:
 
 
 def split_into_chunks(
-    tokens: TokenizedText, budget: int, overlap: int = 0, *, max_chunks: int | None = None
+    tokens: TokenizedText,
+    budget: int,
+    overlap: int = 0,
+    *,
+    max_chunks: int | None = None,
+    anchor_window: int | None = None,
 ) -> list[Chunk]:
     """Cut ``tokens`` into chunks of at most ``budget`` tokens, in order, covering all of it.
 
-    Consecutive chunks overlap by about ``overlap`` tokens. Chunks are evened out: a 2.1-budget
-    document becomes three chunks of about 0.7 budget, not two full ones and a scrap.
+    The document is first divided at its anchors (:meth:`_Breaks.anchors`): breaks chosen by what
+    lies around them alone, at least ``anchor_window`` tokens (default: twice ``budget``) apart and
+    from either end. Each span between anchors is then cut on its own (:func:`_cut_span`). So an
+    edit changes only the chunks of its span from the edit on (and of a neighbour when it moves an
+    anchor): the chunks of the rest of the document, and their cached summaries, stay as they were.
+    A wider window holds more chunks per span (fewer chunks in all, each fuller; more of them change
+    with an edit).
+
+    Chunks inside a span overlap by about ``overlap`` tokens; a chunk that starts at an anchor (the
+    end of a sentence or a stronger break) does not repeat the one before.
 
     ``max_chunks`` (``summary.max_parts``): when the token count alone says more chunks are needed
     (:func:`min_chunks`), DocumentError ``too_long`` before any cut point is computed. The cut may
@@ -313,18 +390,39 @@ def split_into_chunks(
             f"summary.max_parts is {max_chunks}",
         )
     breaks = _Breaks(tokens)
-    target = min(budget, math.ceil((total - overlap) / pieces) + overlap + budget // 10)
+    anchors = breaks.anchors(tokens.ids, anchor_window or 2 * budget)
     chunks: list[Chunk] = []
-    start = 0
+    bounds = [(0, -1), *anchors, (total, -1)]
+    for (start, _), (end, level) in itertools.pairwise(bounds):
+        chunks += _cut_span(tokens, breaks, (start, end), stop_level=level, budget=budget, overlap=overlap)
+    return chunks
+
+
+def _cut_span(
+    tokens: TokenizedText,
+    breaks: _Breaks,
+    span: tuple[int, int],
+    *,
+    stop_level: int,
+    budget: int,
+    overlap: int,
+) -> list[Chunk]:
+    """Tokens ``span`` (``[begin, stop)``) in chunks of at most ``budget``, from its start: each ends on
+    the strongest break in the second half of its budget, so an edit moves only the cuts after it in
+    the span. The last chunk ends on ``stop``'s break (``stop_level``)."""
+    begin, stop = span
+    total = stop - begin
+    if total <= budget:
+        return [_chunk(tokens, begin, stop, stop_level)]
+    chunks: list[Chunk] = []
+    start = begin
     while True:
-        if total - start <= budget:
-            chunks.append(_chunk(tokens, start, total, -1))
+        if stop - start <= budget:
+            chunks.append(_chunk(tokens, start, stop, stop_level))
             return chunks
-        # The evened-out window first; the whole budget's second half when it has a stronger break.
-        even = (start + max(1, target // 2), start + target)
-        full = (start + max(1, budget // 2), start + budget)
-        found = breaks.best_in((even, full))
-        end, level = found if found is not None else (start + target, TOKEN_LEVEL)
+        # The strongest break in the budget's second half; the last of its kind (the fullest chunk).
+        found = breaks.best_in(((start + max(1, budget // 2), start + budget),))
+        end, level = found if found is not None else (start + budget, TOKEN_LEVEL)
         chunks.append(_chunk(tokens, start, end, level))
         start = _next_start(breaks, start, end, overlap)
 

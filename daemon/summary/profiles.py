@@ -85,6 +85,8 @@ class Profile:
     output: OutputFormat = PROSE
     """What its final step asks for and accepts: prose, or one JSON object of its schema
     (:mod:`daemon.summary.structured`)."""
+    reuse_cached: bool = True
+    """Whether its documents reuse summaries in the summary cache (``profiles.NAME.reuse_cached``)."""
 
     @property
     def prompts(self) -> PromptBuilder:
@@ -398,6 +400,7 @@ def build_profile(
         summary=spec.summary,
         budget=budget,
         output=spec.output,
+        reuse_cached=spec.section.reuses_cached,
     )
 
 

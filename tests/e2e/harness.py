@@ -128,6 +128,8 @@ class Layout:
             "metrics": {"host": '"127.0.0.1"', "port": str(self.metrics_port)},
             "service": {"drain_seconds": "60", "status_interval_seconds": "5"},
             "logging": {"format": '"json"'},
+            # Each test's own summary cache: none reuses another's summaries.
+            "cache": {"path": json.dumps(str(self.root / "cache" / "summaries.sqlite3"))},
         }
         for dotted, literal in overrides.items():
             section, key = dotted.rsplit(".", 1)

@@ -12,7 +12,7 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[3]
 EXPERIMENTS = sorted(path.stem for path in (REPO / "bench").glob("*.py") if path.stem != "__init__")
-MEASURES_ANOTHER_CHECKOUT = {"memory": 2, "markup_scan": 1}
+MEASURES_ANOTHER_CHECKOUT = {"memory": 2, "markup_scan": 1, "chunk_edits": 1}
 """Their ``--code``/``--tree`` option imports ``daemon`` from another checkout (before and after)."""
 
 

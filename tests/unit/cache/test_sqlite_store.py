@@ -329,7 +329,7 @@ async def test_a_write_held_up_by_another_writer_times_out(tmp_path: Path) -> No
         started = time.monotonic()
         with pytest.raises(CacheStoreError):
             await store.put_many([("k2", "part", b"{v2")])
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 5.0  # the 0.5 s timeout, with room for a loaded machine
         assert await store.get_many(["k"]) == [b"{v"], "readers do not wait for a writer (WAL)"
     finally:
         blocker.execute("ROLLBACK")

@@ -110,7 +110,7 @@ def test_items_carry_their_sentence_and_characters() -> None:
     record = checks.as_record()
     assert record == {
         "version": CHECKER_VERSION,
-        "counts": {"supported": 2, "unsupported": 1},
+        "counts": {"supported": 2, "unsupported": 1, "unchecked": 0},
         "by_kind": {
             "money": {"supported": 1, "unsupported": 0},
             "duration": {"supported": 1, "unsupported": 1},
@@ -242,10 +242,12 @@ def test_an_index_is_built_once_and_reused() -> None:
     assert check_summary("Notice is 30 days.", index).as_record()["counts"] == {
         "supported": 1,
         "unsupported": 0,
+        "unchecked": 0,
     }
     assert check_summary("Notice is 31 days.", index).as_record()["counts"] == {
         "supported": 0,
         "unsupported": 1,
+        "unchecked": 0,
     }
 
 

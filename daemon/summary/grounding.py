@@ -963,9 +963,7 @@ def _capitalised_inside(text: str, sentences: Sequence[Sentence]) -> set[str]:
     return inside
 
 
-def _name_items(
-    text: str, sentence: Sentence, claimed: _Claimed, context: _Context
-) -> list[Item]:
+def _name_items(text: str, sentence: Sentence, claimed: _Claimed, context: _Context) -> list[Item]:
     words = [word for word in _words(text, sentence) if claimed.free(word.start, word.end)]
     runs = list(_capitalised_runs(text, words))
     if _is_heading(text, sentence, words, runs):

@@ -51,7 +51,7 @@ from daemon.errors import ConfigError, DocumentError
 from daemon.summary.budget import ContextBudget, check_summary_lengths
 from daemon.summary.prompts import DEFAULT_INSTRUCTIONS, ChatTokenizer, Instructions, PromptBuilder
 from daemon.summary.structured import CHARS_PER_TOKEN, PROSE, OutputFormat, SchemaProblem, load_schema
-from daemon.typing import DEFAULT_PROFILE
+from daemon.typing import DEFAULT_PROFILE, OnUnsupported
 
 VERSION_DIGITS: Final = 12
 MAX_INSTRUCTION_FILE_BYTES: Final = 256 << 10
@@ -85,6 +85,8 @@ class Profile:
     output: OutputFormat = PROSE
     """What its final step asks for and accepts: prose, or one JSON object of its schema
     (:mod:`daemon.summary.structured`)."""
+    on_unsupported: OnUnsupported = "flag"
+    """What a summary with unsupported items gets (``on_unsupported``; :mod:`daemon.summary.checking`)."""
 
     @property
     def prompts(self) -> PromptBuilder:
@@ -404,6 +406,7 @@ def build_profile(spec: ProfileSpec, context_tokens: int, tokenizer: ChatTokeniz
         summary=spec.summary,
         budget=budget,
         output=spec.output,
+        on_unsupported=spec.section.on_unsupported or "flag",
     )
 
 

@@ -14,7 +14,7 @@ workload is ``compare.py --workload mixed``'s (70% of 500-1,500 tokens, 30% of 5
 documents over the context are cut into parts and combined). All documents arrive at once; time is
 virtual, so a run takes a second whatever the machine.
 
-    .venv/bin/python bench/admission_sim.py [--overhead 0.006] [--max-num-batched-tokens 16384]
+    .venv/bin/python -m bench.admission_sim [--overhead 0.006] [--max-num-batched-tokens 16384]
         [--kv-tokens 1900000] [--variant NAME:key=value,...]
 
 Each pass also reports ``bench/steps.py``'s ``short_prefill_steps`` and its ``decode_runs`` (of 100
@@ -32,22 +32,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import math
 import random
 import statistics
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.compare import wave_counters  # noqa: E402
-from bench.steps import Step, decode_runs, short_prefill_steps  # noqa: E402
-from daemon.config import AdmissionConfig, EngineConfig  # noqa: E402
-from daemon.engine.admission import AdmissionControl, admission_for, admission_limits  # noqa: E402
+from bench.lib.counters import wave_counters
+from bench.lib.results import write_result
+from bench.steps import Step, decode_runs, short_prefill_steps
+from daemon.config import AdmissionConfig, EngineConfig
+from daemon.engine.admission import AdmissionControl, admission_for, admission_limits
 
 SHORT_MAX_TOKENS = 2000
 TEMPLATE_TOKENS = 60
@@ -410,7 +406,7 @@ def main() -> int:
         print(f"{name:14s} {ratios} {result}")
         report[name] = {"admission": settings, **result, "vs_fifo": ratios}
     if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        write_result(args.json, report)
     return 0
 
 

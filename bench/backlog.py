@@ -14,7 +14,7 @@ after that, RSS at ready and at most, and the health-check latencies. Flat RSS, 
 under 100 ms and the same time to first result and rate at every N mean the backlog costs nothing
 but disk or broker space.
 
-    .venv/bin/python bench/backlog.py [--sizes 1000,10000,100000] [--sources folder,kafka] [--json FILE]
+    .venv/bin/python -m bench.backlog [--sizes 1000,10000,100000] [--sources folder,kafka] [--json FILE]
 
 Kafka runs start a local noida-db broker (as the Kafka tests do).
 """
@@ -43,8 +43,8 @@ from typing import Any
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from bench.lib import REPO
+from bench.lib.results import write_result
 
 DOCUMENT = (
     "Document {n}. The committee met on Tuesday to review the budget for the coming year. "
@@ -138,7 +138,7 @@ def main() -> int:
                 print(json.dumps(runs[-1]), file=sys.stderr)
                 if args.json is not None:
                     args.json.parent.mkdir(parents=True, exist_ok=True)
-                    args.json.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
+                    write_result(args.json, result, config=args.config)
     finally:
         if broker is not None:
             broker.down()

@@ -20,10 +20,11 @@ of its document) and one encoded write (batched too). This measures each, on the
 
 The overhead per part on a cold run is the key, a miss and a write (per part, batched) plus encoding;
 it is set against an engine request's time: the H200 corpus run's (119.6 s for 473 requests,
-``bench/results/gpu_h200_corpus_final.json``: 0.25 s per request, amortized over the batch), 0.1 s,
+``bench/results/2026-12-01_h200_compare_corpus-final.json``: 0.25 s per request, amortized over
+the batch), 0.1 s,
 and 1 s. Five repeats by default; figures are medians with their spread.
 
-    PYTHONPATH=. .venv/bin/python bench/cache_store.py [--repeats 5] [--json FILE] [--diskcache]
+    PYTHONPATH=. .venv/bin/python -m bench.cache_store [--repeats 5] [--json FILE] [--diskcache]
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.lib import REPO
+from bench.lib.results import result_path, write_result
+
 CORPUS = REPO.parent / "shared" / "corpus" / "docs"
 ENGINE_SECONDS_PER_REQUEST = {"h200_corpus_amortized": 119.613 / 473, "fast_0.1s": 0.1, "slow_1s": 1.0}
 
@@ -60,12 +63,11 @@ def main() -> int:
     parser.add_argument("--batch", type=int, default=32, help="parts per store call (one document)")
     parser.add_argument("--part-tokens", type=int, default=4000)
     parser.add_argument("--diskcache", action="store_true", help="also measure diskcache, if importable")
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "cpu_cache_store.json")
+    parser.add_argument("--json", type=Path, default=result_path("cache-store"))
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO))
     result = asyncio.run(run(args))
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    write_result(args.json, result)
     print(json.dumps(result["summary"], indent=2))
     print(f"written to {args.json}", file=sys.stderr)
     return 0

@@ -33,7 +33,7 @@ Each (library, PDF) pair runs in a fresh process (``--jobs`` of them at once); r
 the ``--baseline`` library measured in the same run.
 
     bench/fetch_pdfs.sh                       # once: bench/data/pdf/
-    .venv/bin/python bench/extract.py bench/data/pdf [--jobs 2] [--json bench/results/extract_pdf_cpu.json]
+    .venv/bin/python -m bench.extract bench/data/pdf [--jobs 2] [--json FILE]
 """
 
 from __future__ import annotations
@@ -48,7 +48,6 @@ import os
 import platform
 import re
 import resource
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -58,7 +57,8 @@ from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, Final
 
-REPO: Final = Path(__file__).resolve().parents[1]
+from bench.lib.results import write_result
+
 LIBRARIES: Final = ("pypdfium2", "pdfminer", "pypdf", "docsumd")
 CLEANED: Final = ("pdfminer", "pypdf")  # also measured after docsumd's clean-up
 LONG_DOCUMENT_PAGES: Final = 30
@@ -131,7 +131,6 @@ def run_one(library: str, path: str) -> dict[str, Any]:
     memory, or the error it raised."""
     for name in ("pypdf", "pdfminer", "pypdfium2"):
         logging.getLogger(name).setLevel(logging.CRITICAL)  # font warnings by the thousand
-    sys.path.insert(0, str(REPO))
     for module in IMPORTS[library]:
         importlib.import_module(module)  # not timed: a worker imports once
     data = Path(path).read_bytes()
@@ -468,7 +467,7 @@ def main() -> None:
     }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_result(args.json, report, indent=1)
         print(f"\nwrote {args.json}")
 
 

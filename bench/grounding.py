@@ -37,7 +37,7 @@ checker's) is changed, seeded (``--seed``), into
 An injection is **caught** when the checker reports an unsupported item that overlaps the changed
 characters. Every injection is recorded in the JSON (summary, sentence, kind, mode, before, after, caught).
 
-    .venv/bin/python bench/grounding.py [--quality FILE] [--aclsum-wheel PATH] [--seed N] [--out FILE]
+    .venv/bin/python -m bench.grounding [--quality FILE] [--aclsum-wheel PATH] [--seed N] [--out FILE]
 """
 
 from __future__ import annotations
@@ -57,13 +57,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from bench.lib import REPO
+from bench.lib.results import result_path, write_result
 from daemon.summary.grounding import CHECKER_VERSION, SourceIndex, check_summary
 from daemon.summary.sentences import split_sentences
 
-REPO: Final = Path(__file__).resolve().parents[1]
 CORPUS_DOCS: Final = Path("/work/shared/corpus/docs")
-DEFAULT_QUALITY: Final = REPO / "bench" / "results" / "quality_cpu_smollm2_2048_issue40.json"
-ADJUDICATION: Final = REPO / "bench" / "results" / "grounding_adjudication.json"
+DEFAULT_QUALITY: Final = REPO / "bench" / "results" / "2026-12-05_cpu2_quality_smollm2-2048-issue40.json"
+ADJUDICATION: Final = REPO / "bench" / "results" / "2026-12-05_cpu2_grounding_adjudication.json"
 ACLSUM_ASPECTS: Final = ("challenge", "approach", "outcome")
 _PMC_LABEL: Final = (
     r"(Background|Methods|Methodology|Methodology/Principal Findings|Principal Findings|Results|"
@@ -243,7 +244,6 @@ def aclsum_references(
 ) -> tuple[list[Summary], dict[str, str]]:
     """ACLSum's ``split`` papers but those in ``skip`` (lower-case ids: the corpus's, so that the
     held-out set holds no development document): abstract and aspect summaries, and each paper's text."""
-    sys.path.insert(0, str(REPO))
     from bench.quality import _aclsum_text
 
     summaries, sources = [], {}
@@ -548,7 +548,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--aclsum-split", default="test")
     parser.add_argument("--sets", default="all", help="comma-separated set prefixes, or all")
     parser.add_argument("--seed", type=int, default=40)
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "grounding.json")
+    parser.add_argument("--out", type=Path, default=result_path("grounding"))
     args = parser.parse_args(argv)
 
     summaries, sources = corpus_references(args.docs)
@@ -590,7 +590,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "injections": [asdict(injection) for injection in injections],
     }
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(output, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_result(args.out, output, indent=1)
     print(table(result))
     print(f"written to {args.out}", file=sys.stderr)
     return 0

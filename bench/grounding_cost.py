@@ -9,8 +9,8 @@ which also gives each one's engine seconds on this CPU) or, for documents it lac
 first 1,200 characters. Then hostile shapes at ``--hostile-mib``: a source dense with numbers, dates,
 sections and names, and summaries of many numbers, many capitalised words and many sentences.
 
-    PYTHONPATH=. .venv/bin/python bench/grounding_cost.py \\
-        --quality bench/results/quality_cpu_smollm2_2048_issue40.json --out bench/results/grounding_cost.json
+    .venv/bin/python -m bench.grounding_cost \\
+        --quality bench/results/2026-12-05_cpu2_quality_smollm2-2048-issue40.json
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench.lib.results import result_path, write_result
 from daemon.document.layout import NO_LAYOUT
 from daemon.summary.checking import check_result, passages
 from daemon.summary.grounding import SourceIndex
@@ -100,7 +100,9 @@ def main() -> None:
     parser.add_argument("--quality", type=Path, default=None)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--hostile-mib", type=float, default=2.0)
-    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument(
+        "--json", type=Path, default=None, help="default: bench/results/DATE_MACHINE_grounding-cost.json"
+    )
     args = parser.parse_args()
 
     demo = demo_summaries(args.quality)
@@ -138,20 +140,15 @@ def main() -> None:
     print(aggregate, flush=True)
     worst = hostile(args.hostile_mib, 1)
     print(worst, flush=True)
-    args.out.write_text(
-        json.dumps(
-            {
-                "benchmark": "grounding_cost",
-                "created_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                "host": {"machine": platform.machine(), "cpus": os.cpu_count(), "load": os.getloadavg()},
-                "aggregate": aggregate,
-                "documents": rows,
-                "hostile": worst,
-            },
-            indent=2,
-        )
-        + "\n",
-        encoding="utf-8",
+    write_result(
+        args.json or result_path("grounding_cost"),
+        {
+            "benchmark": "grounding_cost",
+            "host": {"cpus": os.cpu_count(), "load": os.getloadavg()},
+            "aggregate": aggregate,
+            "documents": rows,
+            "hostile": worst,
+        },
     )
 
 

@@ -3,7 +3,8 @@
 Under admission control a short document's latency starts with its intake: the light wave of
 short documents can end only after the last of them reached the engine. On the H200 the daemon took
 in ``compare.py``'s 400 mixed documents at 70-130 per second (4.0-5.8 s for the backlog, read from
-the logs of ``gpu_h200_mixed_fp8_seqs384_*``), so the wave's prefill waited for its documents.
+the logs of ``bench/results/logs/*_h200_compare_mixed-fp8-384-*``), so the wave's prefill waited for
+its documents.
 
 This runs the real service (folder source, reader, tokenizer, summarizer, admission) on the same
 workload with an engine that answers at once: no model, so what is measured is everything before the
@@ -14,8 +15,8 @@ request of the default profile), the intake's largest single piece of work.
 ``intake_vs_serial_tokenizing`` above 1 means the intake overlaps its work (threads); below 1,
 something else serializes it.
 
-    .venv/bin/python bench/intake.py --config bench/configs/h200-qwen7b-dummy-fp8-seqs384.toml \
-        --docs .gpu/docs --count 400 --json bench/results/intake_cpu.json [--repeat 3] [--hold]
+    .venv/bin/python -m bench.intake --config bench/configs/h200-qwen7b-dummy-fp8-seqs384.toml \
+        --docs .gpu/docs --count 400 --json bench/results/DATE_cpu2_intake.json [--repeat 3] [--hold]
 
 ``--hold`` keeps every request in the engine until the whole backlog has reached it, as a real
 engine does for seconds: the results are then written after the intake, not in the middle of it
@@ -42,19 +43,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from bench.compare import _mixed, folder_pass_config  # noqa: E402
-from daemon.cli import prepare_process  # noqa: E402
-from daemon.config import Config, load_config  # noqa: E402
-from daemon.contracts import Generation, Sampling  # noqa: E402
-from daemon.engine.admission import admission_limits  # noqa: E402
-from daemon.engine.model_files import load_tokenizer  # noqa: E402
-from daemon.records import parse_request_id  # noqa: E402
-from daemon.summary.chunking import tokenize_text  # noqa: E402
-from daemon.summary.profiles import build_profiles  # noqa: E402
-from daemon.summary.prompts import PromptKind  # noqa: E402
+from bench.lib import REPO
+from bench.lib.daemon_pass import folder_pass_config
+from bench.lib.results import write_result
+from bench.lib.workloads import mixed
+from daemon.cli import prepare_process
+from daemon.config import Config, load_config
+from daemon.contracts import Generation, Sampling
+from daemon.engine.admission import admission_limits
+from daemon.engine.model_files import load_tokenizer
+from daemon.records import parse_request_id
+from daemon.summary.chunking import tokenize_text
+from daemon.summary.profiles import build_profiles
+from daemon.summary.prompts import PromptKind
 
 
 class InstantEngine:
@@ -214,7 +215,7 @@ def main() -> int:
     tokenizer = load_tokenizer(config.engine)
     paths = sorted(args.docs.glob("*.txt"))
     texts = [(path.name, path.read_text(encoding="utf-8", errors="replace")) for path in paths]
-    docs = _mixed(texts, tokenizer, args.count, random.Random(args.seed))
+    docs = mixed(texts, tokenizer, args.count, random.Random(args.seed))
     work = Path(tempfile.mkdtemp(prefix="docsumd-intake-"))
     passes: list[dict[str, Any]] = []
     serial: list[float] = []
@@ -247,9 +248,7 @@ def main() -> int:
     }
     print(result)
     if args.json is not None:
-        import json
-
-        args.json.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        write_result(args.json, result, config=args.config, indent=1)
     return 0
 
 

@@ -18,8 +18,8 @@ in the daemon: ``getmany`` iterates synchronously) are the case's figures. A bas
 zstd batch) runs the same way in the same call; peaks are given above the baseline's peak and as a
 multiple of the inflated size, times as a ratio to the baseline's.
 
-    .venv/bin/python bench/kafka_decompression.py [--sizes 64,256,1024] [--codecs zstd,gzip,lz4]
-        [--repeat 3] [--limit-mib 64] [--json bench/results/cpu_kafka_decompression.json]
+    .venv/bin/python -m bench.kafka_decompression [--sizes 64,256,1024] [--codecs zstd,gzip,lz4]
+        [--repeat 3] [--limit-mib 64] [--json FILE]
 
 The wrapper bounds what a compressed batch may inflate to (``--limit-mib``, the daemon's default
 64 MiB: ``max(max_buffered_bytes, 2 * max_message_bytes)``); a larger batch is one stand-in
@@ -57,7 +57,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.lib import REPO
+from bench.lib.results import write_result
+
 MIB = 1024 * 1024
 CODEC_IDS = {"gzip": 1, "snappy": 2, "lz4": 3, "zstd": 4}
 BASELINE = ("zstd", 1 / 16)
@@ -88,7 +90,6 @@ def build(codec: str, mib: float, path: Path) -> None:
 def measure(path: Path, limit_mib: float) -> dict[str, Any]:
     """Iterate the batch in ``path`` as the daemon's consumer does, batches bounded to ``limit_mib``
     once inflated; its figures."""
-    sys.path.insert(0, str(REPO))
     from aiokafka import TopicPartition
     from aiokafka.consumer import fetcher
 
@@ -263,7 +264,7 @@ def main() -> int:
     }
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        write_result(args.json, report)
     return 0
 
 

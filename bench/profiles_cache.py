@@ -21,7 +21,7 @@ would be. vLLM reports the prompt tokens it served from its prefix cache per req
 * ``ratio_*``: AB's rate over the mean of A's and B's (AB does half of the documents under each):
   1.0 means interleaving two profiles costs nothing.
 
-    PYTHONPATH=. .venv/bin/python bench/profiles_cache.py [--docs DIR] [--count N] [--json FILE]
+    PYTHONPATH=. .venv/bin/python -m bench.profiles_cache [--docs DIR] [--count N] [--json FILE]
 
 Defaults: the tiny model (built in a temporary folder unless ``--model``), the shared corpus
 (``../shared/corpus/docs``, else ``daemon/samples``), the engine settings of ``docsumd.toml``.
@@ -33,14 +33,15 @@ import argparse
 import asyncio
 import json
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.lib import REPO
+from bench.lib.results import result_path, write_result
+
 PROFILE_A = "default"
 PROFILE_B = "brief"
 
@@ -54,9 +55,8 @@ def main() -> int:
     parser.add_argument("--count", type=int, default=24, help="documents per pass (default: %(default)s)")
     parser.add_argument("--max-bytes", type=int, default=40_000, help="skip larger documents")
     parser.add_argument("--summary-tokens", type=int, default=48, help="summary length (short: fast)")
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "cpu_profiles_cache.json")
+    parser.add_argument("--json", type=Path, default=result_path("profiles-cache"))
     args = parser.parse_args()
-    sys.path.insert(0, str(REPO))  # this checkout's daemon and bench, whatever PYTHONPATH says
 
     docs = _documents(args.docs, args.count, args.max_bytes)
     with tempfile.TemporaryDirectory(prefix="docsumd-profiles-") as work:
@@ -94,7 +94,7 @@ def main() -> int:
     }
     print(json.dumps(report, indent=2))
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    write_result(args.json, report)
     return 0
 
 
@@ -131,7 +131,7 @@ def _config(model: Path, summary_tokens: int) -> Any:
 
 async def _pass(config: Any, docs: Sequence[Path], names: Sequence[str]) -> dict[str, Any]:
     """One pass on a fresh engine: every document, the i-th under ``names[i % len(names)]``."""
-    from bench._recording_engine import RecordingEngine
+    from bench.lib.engine import RecordingEngine
     from daemon.document.decode import decode_document
     from daemon.engine.admission import admission_for_engine
     from daemon.engine.model_files import load_tokenizer
@@ -145,7 +145,7 @@ async def _pass(config: Any, docs: Sequence[Path], names: Sequence[str]) -> dict
     engine = RecordingEngine(config.engine)
     await engine.start()
     # vLLM caches whole KV blocks: only the block-aligned part of an instruction prefix can be served.
-    block = int(engine._llm.vllm_config.cache_config.block_size)
+    block = int(engine.engine._llm.vllm_config.cache_config.block_size)
     try:
         admission = admission_for_engine(
             config.admission, config.engine, kv_cache_tokens=engine.kv_cache_tokens

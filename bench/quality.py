@@ -26,7 +26,7 @@ a document that fits is summarized whole, as by every strategy.
 Nothing here re-implements the summarizer: strategies and profiles are chosen the way a user chooses
 them (``DOCSUMD_SUMMARY__STRATEGY``, ``--profile``), so the figures are of docsumd as shipped.
 
-    .venv/bin/python bench/quality.py [--model DIR] [--max-model-len N] [--strategies LIST]
+    .venv/bin/python -m bench.quality [--model DIR] [--max-model-len N] [--strategies LIST]
         [--profiles LIST|all] [--limit N] [--dataset corpus|aclsum] [--out FILE]
 
 Datasets: ``corpus`` (default) is the shared corpus's documents with a reference (``reference_summary``
@@ -75,11 +75,12 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
+from bench.lib import REPO
+from bench.lib.results import result_path, write_result
 from daemon.summary.extractive import select_sentences
 from daemon.summary.grounding import check_summary
 from daemon.summary.sentences import sentence_per_line, split_sentences
 
-REPO: Final = Path(__file__).resolve().parents[1]
 CORPUS_DOCS: Final = REPO.parent / "shared" / "corpus" / "docs"
 DEFAULT_MODEL: Final = REPO / "models" / "smollm2"
 STRATEGIES: Final = ("map_reduce", "head", "head_tail", "extractive")
@@ -670,7 +671,7 @@ def _parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--limit", type=int, default=None, help="only the first N documents")
     parser.add_argument("--reading", type=int, default=3, help="documents in the reading check (default: 3)")
     parser.add_argument("--work", type=Path, default=None, help="where run folders go (default: a temp dir)")
-    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "quality.json")
+    parser.add_argument("--out", type=Path, default=result_path("quality"))
     parser.add_argument(
         "--runs-from", type=Path, default=None, help="score an earlier JSON's runs again and add to them"
     )
@@ -794,10 +795,7 @@ def _record_of(run: dict[str, Any], doc_id: str) -> dict[str, Any] | None:
 
 
 def _write(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.partial")
-    partial.write_text(json.dumps(data, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    partial.replace(path)
+    write_result(path, data)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ every 0.2 s, waits until every input is acknowledged, stops it with SIGTERM, and
 a JSON object. Figures come from the daemon's own logs and files, not from timers in this script
 around things it cannot see.
 
-    .venv/bin/python bench/sample_run.py [--docs DIR] [--config FILE] [--json FILE]
+    .venv/bin/python -m bench.sample_run [--docs DIR] [--config FILE] [--json FILE]
 
 This is a measurement of one configuration, not a comparison: the throughput comparison against
 raw vLLM is a separate benchmark.
@@ -29,7 +29,8 @@ from typing import Any
 
 import psutil
 
-REPO = Path(__file__).resolve().parents[1]
+from bench.lib import REPO
+from bench.lib.results import result_path, write_result
 
 
 def main() -> int:
@@ -40,7 +41,7 @@ def main() -> int:
     parser.add_argument(
         "--config", type=Path, default=REPO / "docsumd.toml", help="config to take the engine from"
     )
-    parser.add_argument("--json", type=Path, default=REPO / "bench" / "results" / "sample_run.json")
+    parser.add_argument("--json", type=Path, default=result_path("sample-run"))
     parser.add_argument("--log", type=Path, default=None, help="keep a copy of the daemon's log here")
     args = parser.parse_args()
 
@@ -87,7 +88,7 @@ def main() -> int:
     report["docs_dir"] = str(args.docs)
     print(json.dumps(report, indent=2))
     args.json.parent.mkdir(parents=True, exist_ok=True)
-    args.json.write_text(json.dumps(report, indent=2) + "\n")
+    write_result(args.json, report)
     shutil.rmtree(work, ignore_errors=True)
     return 0
 

@@ -38,7 +38,7 @@ invariants (every id has a result, no unexplained duplicates, every daemon got p
 documents, shares sum to 1). With more than one pass, ``speedup`` divides each pass's docs/s by the
 first's (one call: the machine's drift affects ratios less than absolute figures).
 
-    .venv/bin/python bench/scale.py [--workload corpus|mixed] [--count N] [--docs DIR] [--config FILE]
+    .venv/bin/python -m bench.scale [--workload corpus|mixed] [--count N] [--docs DIR] [--config FILE]
         [--partitions P] [--pin auto|gpu|cpu|none] [--run LABEL:daemons=N[,tp=K][,keying=K][,partitions=P]]...
         [--json FILE]
 
@@ -66,24 +66,17 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa: E402
-from aiokafka.partitioner import murmur2  # noqa: E402
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
+from aiokafka.partitioner import murmur2
 
 # The single-daemon benchmark's workload, percentiles and environment: one definition of each.
-from bench.compare import (  # noqa: E402
-    SHORT_MAX_TOKENS,
-    _environment,
-    _percentile,
-    _workload,
-    add_workload_arguments,
-)
-from daemon.config import Config, load_config  # noqa: E402
-from daemon.engine.model_files import load_tokenizer  # noqa: E402
-from tests.e2e.harness import DaemonProcess, Layout, free_port, wait_for  # noqa: E402
-from tests.kafka_broker import KafkaBroker, committed_offsets, create_topics, end_offsets, read_all  # noqa: E402
+from bench.lib.report import environment, percentile
+from bench.lib.results import write_result
+from bench.lib.workloads import SHORT_MAX_TOKENS, add_workload_arguments, workload
+from daemon.config import Config, load_config
+from daemon.engine.model_files import load_tokenizer
+from tests.e2e.harness import DaemonProcess, Layout, free_port, wait_for
+from tests.kafka_broker import KafkaBroker, committed_offsets, create_topics, end_offsets, read_all
 
 KEYINGS = ("id", "round-robin", "hot")
 HOT_KEY = "customer-0001"
@@ -145,7 +138,7 @@ def main() -> int:
     signal.signal(signal.SIGTERM, _exit_on_sigterm)  # so that finally blocks stop the daemons
     config = load_config(args.config)
     tokenizer = load_tokenizer(config.engine)
-    docs = _workload(args, tokenizer)
+    docs = workload(args, tokenizer)
     lengths = {name: len(tokenizer.encode(text, add_special_tokens=False)) for name, text in docs}
     print(f"workload {args.workload}: {len(docs)} documents, {sum(lengths.values())} tokens", file=sys.stderr)
     specs = [_parse_run(text, args.partitions) for text in (args.run or ["n1:daemons=1", "n2:daemons=2"])]
@@ -173,8 +166,7 @@ def _write(result: dict[str, Any], path: Path | None) -> int:
     text = json.dumps(result, indent=2)
     print(text)
     if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text + "\n", encoding="utf-8")
+        write_result(path, result)
     return 0
 
 
@@ -252,7 +244,8 @@ def _run_pass(  # noqa: PLR0917 - one call site, every argument a different kind
     folder: Path,
 ) -> PassRun:
     """Start the daemons, wait for them and the group, produce the workload, wait for every result,
-    stop the daemons (SIGTERM: they commit and leave the group), read every result back."""
+    stop the daemons (SIGTERM: they commit and stop; as static members they do not leave the group, which
+    is fresh for each pass), read every result back."""
     run = PassRun(spec)
     topics = _topics(spec.label)
     asyncio.run(create_topics(broker.bootstrap, [topics["input"]], partitions=spec.partitions))
@@ -566,7 +559,7 @@ def _wait_committed(bootstrap: str, topics: dict[str, str]) -> bool:
 
 
 def _stop(daemons: list[Daemon]) -> None:
-    """SIGTERM every daemon (each drains, commits, leaves the group) and wait for each to exit."""
+    """SIGTERM every daemon (each drains and commits) and wait for each to exit."""
     for daemon in daemons:
         daemon.process.signal(signal.SIGTERM)
     for daemon in daemons:
@@ -604,17 +597,17 @@ def _pass_report(run: PassRun, lengths: dict[str, int]) -> dict[str, Any]:
         "seconds": round(elapsed, 3),
         "docs_per_s": round(len(first) / elapsed, 3) if elapsed > 0 else None,
         "prompt_tok_per_s": round(prompt_tokens / elapsed, 1) if elapsed > 0 else None,
-        "p50_latency_s": _percentile(list(finished.values()), 0.50),
-        "p95_latency_s": _percentile(list(finished.values()), 0.95),
+        "p50_latency_s": percentile(list(finished.values()), 0.50),
+        "p95_latency_s": percentile(list(finished.values()), 0.95),
         "short": {
             "docs": len(short),
-            "p50_latency_s": _percentile(short, 0.5),
-            "p95_latency_s": _percentile(short, 0.95),
+            "p50_latency_s": percentile(short, 0.5),
+            "p95_latency_s": percentile(short, 0.95),
         },
         "long": {
             "docs": len(long),
-            "p50_latency_s": _percentile(long, 0.5),
-            "p95_latency_s": _percentile(long, 0.95),
+            "p50_latency_s": percentile(long, 0.5),
+            "p95_latency_s": percentile(long, 0.95),
         },
         "cpu_bound_docs_per_s": _cpu_bound_rate(len(first), daemons),
         "per_daemon": daemons,
@@ -814,7 +807,7 @@ def _report(
             "max_num_seqs": config.engine.max_num_seqs,
             "max_num_batched_tokens": config.engine.max_num_batched_tokens,
         },
-        "environment": _environment(),
+        "environment": environment(),
     }
 
 

@@ -13,7 +13,7 @@ Three series, each the median of ``--repeat`` runs in this process:
 * ``branches``: the same for nests of ``oneOf`` (8 branches a level, every branch tried), the case
   where validation work grows fastest with the file.
 
-    .venv/bin/python bench/schema_bounds.py [--repeat 3] [--json bench/results/schema_bounds_cpu.json]
+    .venv/bin/python -m bench.schema_bounds [--repeat 3] [--json FILE]
 """
 
 from __future__ import annotations
@@ -33,10 +33,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from daemon.summary.structured import (  # noqa: E402
+from bench.lib.results import write_result
+from daemon.summary.structured import (
     MAX_SCHEMA_CHECKS,
     InvalidOutput,
     SchemaProblem,
@@ -208,8 +206,7 @@ def main() -> int:
     }
     text = json.dumps(result, indent=2)
     if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(text + "\n", encoding="utf-8")
+        write_result(args.json, result)
     print(text)
     return 0
 

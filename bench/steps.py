@@ -28,7 +28,7 @@ of what a prefill step costs, over windows of four consecutive steps that all pr
 2,000 tokens (a window, not a step, because single gaps are noisy: a line received late makes one
 gap long and the next short): seconds per step, per prompt token and per decoding request.
 
-    .venv/bin/python bench/steps.py LOG [LOG...] [--json FILE] [--budget 16384] [--stall 1.0] [--run 20]
+    .venv/bin/python -m bench.steps LOG [LOG...] [--json FILE] [--budget 16384] [--stall 1.0] [--run 20]
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
+
+from bench.lib.results import write_result
 
 ITERATION = re.compile(
     r"Iteration\((\d+)\): (\d+) context requests, (\d+) context tokens, "
@@ -233,7 +235,7 @@ def main() -> int:
     report["prefill_step_fit"] = prefill_step_fit(measured)
     print(f"prefill step fit: {json.dumps(report['prefill_step_fit'])}")
     if args.json is not None:
-        args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        write_result(args.json, report)
     return 0
 
 

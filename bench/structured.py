@@ -14,8 +14,8 @@ wall time, documents per second and generated tokens per second of each pass, th
 (constrained / unconstrained), and the final steps alone (their seconds and tokens per second);
 characters per token of the valid outputs (the check at start counts 3, ``CHARS_PER_TOKEN``).
 
-    .venv/bin/python bench/structured.py [--model DIR] [--max-model-len 2048] [--licences 8]
-        [--papers 3] [--out bench/results/structured_cpu_smollm2_2048.json]
+    .venv/bin/python -m bench.structured [--model DIR] [--max-model-len 2048] [--licences 8]
+        [--papers 3] [--out FILE]
 
 The documents are the smallest ``--licences`` licences (``legal-*``) and ``--papers`` papers
 (``paper-*``) of ``../shared/corpus/docs``: on 2 CPU cores both passes take about 10-15 minutes.
@@ -36,7 +36,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Final
 
-REPO: Final = Path(__file__).resolve().parents[1]
+from bench.lib import REPO
+from bench.lib.results import result_path, write_result
+
 CORPUS_DOCS: Final = REPO.parent / "shared" / "corpus" / "docs"
 PROFILE_OF: Final = {"legal": "contract", "paper": "paper"}
 
@@ -56,11 +58,10 @@ def main() -> int:
     parser.add_argument("--licences", type=int, default=8)
     parser.add_argument("--papers", type=int, default=3)
     parser.add_argument("--docs", type=Path, default=CORPUS_DOCS)
-    parser.add_argument("--out", type=Path, default=REPO / "bench/results/structured_cpu_smollm2_2048.json")
+    parser.add_argument("--out", type=Path, default=result_path("structured"))
     args = parser.parse_args()
     for key, value in (("HF_HUB_OFFLINE", "1"), ("TRANSFORMERS_OFFLINE", "1"), ("VLLM_NO_USAGE_STATS", "1")):
         os.environ.setdefault(key, value)
-    sys.path.insert(0, str(REPO))
     model = args.model or _demo_model()
     docs = _documents(args.docs, "legal", args.licences) + _documents(args.docs, "paper", args.papers)
     report: dict[str, Any] = {
@@ -79,14 +80,14 @@ def main() -> int:
         config = _config(model, args.max_model_len, schema=schema, dtype=args.dtype)
         report["passes"][name] = asyncio.run(_pass(config, docs))
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        write_result(args.out, report)
     constrained, free = report["passes"]["constrained"], report["passes"]["unconstrained"]
     report["constrained_vs_unconstrained"] = {
         key: round(constrained[key] / free[key], 3)
         for key in ("wall_s", "documents_per_s", "generated_tokens_per_s", "final_tokens_per_s")
         if free.get(key)
     }
-    args.out.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_result(args.out, report)
     print(json.dumps({"outcomes": constrained["outcomes"], "ratio": report["constrained_vs_unconstrained"]}))
     return 0
 
@@ -132,7 +133,7 @@ def _config(model: Path, context: int, *, schema: bool, dtype: str | None = None
 
 async def _pass(config: Any, docs: Sequence[Path]) -> dict[str, Any]:
     """One pass on a fresh engine: every document at once under its profile."""
-    from bench._recording_engine import RecordingEngine
+    from bench.lib.engine import RecordingEngine
     from daemon.document.decode import decode_document
     from daemon.engine.admission import admission_for_engine
     from daemon.engine.model_files import load_tokenizer

@@ -6,19 +6,19 @@ the per-request option (which the xgrammar backend does not read), on the CPU en
 wall time. ``ENGINE`` is ``on``, ``off`` (the engine setting given as false) or ``unset``; ``REQUEST``
 ``on`` sets the per-request option.
 
-    .venv/bin/python bench/structured_whitespace.py MODEL ENGINE REQUEST [COUNT] [TEMPERATURE]
+    .venv/bin/python -m bench.structured_whitespace MODEL {on,off,unset} {on,off} [--count N]
+        [--temperature T] [--json FILE]
 
-Measured on 2 CPU cores (2026-12-03), 16 prompts: the tiny model at temperature 1.0, engine setting
-unset: 6 valid, 9 cut off; unset with the per-request option: 6 valid, 9 cut off (the same); engine
-setting on: 11 valid, 0 cut off (the 5 invalid held raw control characters in strings). The demo
-model (SmolLM2-135M-Instruct) at 0.7: unset 12 valid, 4 cut off, 179 s; on: 16 valid, 0 cut off, 56 s.
+Figures: bench/RESULTS.md#structured-whitespace.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
+from pathlib import Path
 from typing import Any, Final
 
 import jsonschema
@@ -35,14 +35,25 @@ SCHEMA: Final[dict[str, Any]] = {
 }
 
 
-def main(argv: list[str]) -> int:
+def main(argv: list[str] | None = None) -> int:
     """Run the prompts once and print one JSON line of figures."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("model", help="the model folder (e.g. the demo model's)")
+    parser.add_argument("engine", choices=("on", "off", "unset"), help="the engine's disable_any_whitespace")
+    parser.add_argument("request", choices=("on", "off"), help="the per-request disable_any_whitespace")
+    parser.add_argument("--count", type=int, default=16, help="prompts")
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures here, stamped")
+    args = parser.parse_args(argv)
     from vllm import LLM, SamplingParams
     from vllm.sampling_params import StructuredOutputsParams
 
-    model, engine_setting, request_setting = argv[1], argv[2], argv[3]
-    count = int(argv[4]) if len(argv) > 4 else 16
-    temperature = float(argv[5]) if len(argv) > 5 else 1.0
+    from bench.lib.results import write_result
+
+    model, engine_setting, request_setting = args.model, args.engine, args.request
+    count, temperature = args.count, args.temperature
     kwargs: dict[str, Any] = {
         "model": model,
         "dtype": "bfloat16",
@@ -88,8 +99,10 @@ def main(argv: list[str]) -> int:
     figures = {"model": model, "engine": engine_setting, "request": request_setting, "prompts": count}
     figures |= {"valid": valid, "cut_off": cut_off, "wall_s": round(wall, 2), "problems": problems}
     print(json.dumps(figures))
+    if args.json is not None:
+        write_result(args.json, figures)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv))
+    sys.exit(main())

@@ -27,6 +27,7 @@ from daemon.config import Config, load_config
 from daemon.errors import ConfigError
 
 if TYPE_CHECKING:  # the service module imports the engine's dependencies: load it only to run
+    from daemon.engine.vllm_args import VllmArguments
     from daemon.service import Service
 
 EXIT_OK = 0
@@ -94,6 +95,13 @@ def build_parser() -> argparse.ArgumentParser:
         "configuration as JSON, profiles included. Exits 2 with the problems listed if it is invalid.",
     )
     check.add_argument("file", type=Path, metavar="FILE", help="the TOML config file to check")
+    check.add_argument(
+        "--vllm",
+        default=None,
+        metavar="VERSION",
+        help="check the engine settings against this vLLM version's checked-in list instead of the "
+        "installed vLLM (e.g. 0.34.0 for a GPU host, from a machine without it)",
+    )
     check.set_defaults(func=_cmd_check_config)
 
     summarize = commands.add_parser(
@@ -180,14 +188,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _cmd_check_config(args: argparse.Namespace) -> int:
-    from daemon.engine.vllm_args import installed_vllm
+    from daemon.engine.vllm_args import installed_vllm, known_vllm
     from daemon.summary.profiles import resolve_profiles
 
-    config = load_checked_config(args.file)
+    vllm = known_vllm(args.vllm) if args.vllm else installed_vllm()
+    config = load_checked_config(args.file, vllm=vllm)
     for old, new in config.renamed_keys.items():
         print(f"docsumd: warning: {old} is deprecated: it is now {new}", file=sys.stderr)
     _check_budget(config)
-    print(f"docsumd: {installed_vllm().describe()}", file=sys.stderr)
+    if config.engine.mode == "remote":
+        endpoints = ", ".join(config.engine.remote.endpoints) if config.engine.remote else ""
+        print(f"docsumd: remote engine: {endpoints} (checked when the daemon starts)", file=sys.stderr)
+        for key in config.engine.local_only_keys():
+            print(
+                f"docsumd: note: {key} is for the local engine: it changes nothing in remote mode",
+                file=sys.stderr,
+            )
+    else:
+        print(f"docsumd: {vllm.describe()}", file=sys.stderr)
     for line in describe_profiles(config):
         print(f"docsumd: {line}", file=sys.stderr)
     effective = config.model_dump(mode="json")
@@ -317,19 +335,21 @@ def _cmd_make_demo_model(args: argparse.Namespace) -> int:
 # -- helpers ---------------------------------------------------------------------------------------
 
 
-def load_checked_config(path: Path) -> Config:
+def load_checked_config(path: Path, *, vllm: VllmArguments | None = None) -> Config:
     """:func:`~daemon.config.load_config`, then the checks of its profiles and lengths that need no
     tokenizer (:func:`~daemon.summary.profiles.resolve_profiles`) and the engine settings only vLLM
-    knows (:func:`~daemon.engine.vllm_args.check_engine_config`, against the installed vLLM's source):
-    :class:`ConfigError` (exit 2) before anything starts. The service checks the lengths again with
-    the tokenizer, and the engine its settings against the imported vLLM, before the engine starts."""
+    knows (:func:`~daemon.engine.vllm_args.check_engine_config`, against ``vllm``, by default the
+    installed vLLM's source): :class:`ConfigError` (exit 2) before anything starts. The service checks
+    the lengths again with the tokenizer, and the engine its settings against the imported vLLM, before
+    the engine starts."""
     from daemon.engine.vllm_args import check_engine_config, installed_vllm
     from daemon.summary.profiles import resolve_profiles
 
     config = load_config(path)
     try:
         resolve_profiles(config)
-        check_engine_config(config.engine, installed_vllm())
+        if config.engine.mode == "local":  # remote servers check their own arguments
+            check_engine_config(config.engine, vllm or installed_vllm())
     except ConfigError as exc:
         raise ConfigError(f"{path}: invalid configuration: {exc}") from None
     return config
@@ -366,8 +386,25 @@ def prepare_process(config: Config) -> None:
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     configure_logging(config.logging.level, config.logging.format)
     log_renamed_keys(config)
-    # After the environment is set: the check imports vLLM, which reads it at import.
-    check_platform_support(config.seeded_keys())
+    install_tracing(config)
+    # After the environment is set: the check imports vLLM, which reads it at import. A remote
+    # engine's servers are their own (vLLM need not even be installed here).
+    if config.engine.mode == "local":
+        check_platform_support(config.seeded_keys())
+
+
+def install_tracing(config: Config) -> None:
+    """``[tracing]``: docsumd's tracer provider, before the engine is built (vLLM's spans need it in
+    place first; daemon/ops/tracing.py). Nothing of OpenTelemetry is loaded when it is off."""
+    if config.tracing.otlp_endpoint is None:
+        return
+    from daemon.ops import tracing
+    from daemon.ops.logging import get_logger
+
+    tracing.install(config.tracing)
+    get_logger("daemon.cli").info(
+        "tracing on", endpoint=config.tracing.traces_url, sampling_ratio=config.tracing.sampling_ratio
+    )
 
 
 async def _serve(config: Config) -> int:

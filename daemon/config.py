@@ -24,6 +24,7 @@ import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Final, Literal, Self
+from urllib.parse import urlsplit
 
 from pydantic import (
     BaseModel,
@@ -133,14 +134,179 @@ class SpeculativeConfig(_Section):
         return self.model_dump(exclude_none=True)
 
 
+class RemoteEngineConfig(_Section):
+    """``[engine.remote]``: the OpenAI-compatible servers docsumd sends its requests to when
+    ``engine.mode = "remote"`` (vLLM servers, or one router URL in front of several; see
+    daemon/engine/remote/). Prompts are still built and counted with the local tokenizer
+    (``engine.model`` / ``engine.tokenizer``), which start-up checks against every server."""
+
+    endpoints: list[str] = Field(
+        min_length=1,
+        description='Base URLs of the servers ("http://host:8000", "https://host/prefix"), each once; '
+        "no credentials, query or fragment.",
+    )
+    model: str | None = Field(
+        default=None,
+        min_length=1,
+        description="The model name the servers serve it under (their --served-model-name); default: "
+        "engine.served_model_name, else the one model each server lists.",
+    )
+    api_key: SecretStr | None = Field(
+        default=None,
+        description="Bearer token for the servers (vLLM's --api-key); better from the environment "
+        "(DOCSUMD_ENGINE__REMOTE__API_KEY) or api_key_file than in the file. Shown as **********.",
+    )
+    api_key_file: Path | None = Field(
+        default=None, description="A file holding the bearer token (its first line; read at start)."
+    )
+    ca_file: Path | None = Field(
+        default=None,
+        description="PEM CA bundle that https endpoints' certificates are verified against "
+        "(default: the system's).",
+    )
+    client_cert_file: Path | None = Field(
+        default=None, description="PEM client certificate for mutual TLS (with client_key_file)."
+    )
+    client_key_file: Path | None = Field(default=None, description="PEM key of client_cert_file.")
+    verify_tls: bool = Field(
+        default=True, description="false accepts any server certificate (warned at start; tests only)."
+    )
+    connect_timeout_seconds: float = Field(
+        default=5.0, gt=0.0, le=300.0, description="The longest a connection to a server may take."
+    )
+    timeout_base_seconds: float = Field(
+        default=60.0,
+        gt=0.0,
+        description="A request's deadline is this, plus its prompt at timeout_prefill_tokens_per_second, "
+        "plus its output budget at timeout_decode_tokens_per_second: long prompts get longer, short ones "
+        "are not left hanging. The first output must come within the first two terms. A safety net for a "
+        "server that hangs while it answers its /metrics (one that stops answering those is found down "
+        "within seconds): a request past it is lost, and sent again.",
+    )
+    timeout_prefill_tokens_per_second: float = Field(
+        default=250.0,
+        gt=0.0,
+        description="The slowest prefill a request's deadline allows for its prompt (see "
+        "timeout_base_seconds).",
+    )
+    timeout_decode_tokens_per_second: float = Field(
+        default=2.0,
+        gt=0.0,
+        description="The slowest decoding a request's deadline allows for its output budget (see "
+        "timeout_base_seconds).",
+    )
+    metrics_interval_seconds: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=60.0,
+        description="How often each server's load is read (its /metrics; /health for servers without "
+        "vLLM's metrics). A reading older than 3 of these counts as busy.",
+    )
+    down_after_failures: int = Field(
+        default=2,
+        ge=1,
+        description="Consecutive failed load reads after which a server is down: its requests in flight "
+        "move to other servers. A refused connection marks it down at once.",
+    )
+    backoff_first_seconds: float = Field(
+        default=0.2, gt=0.0, description="The first wait of the backoff (see backoff_max_seconds)."
+    )
+    backoff_max_seconds: float = Field(
+        default=10.0,
+        gt=0.0,
+        description="Refused (503, 429, 502) or lost requests are sent again, to another server where "
+        "one is usable, after a jittered wait up to this (exponential from backoff_first_seconds), and "
+        "at least the server's Retry-After.",
+    )
+    max_lost_tries: int = Field(
+        default=3,
+        ge=1,
+        description="A request whose answer was lost this many times (stream cut, timeout, server "
+        "error after it started) fails its document ('engine_error'): it may be what kills servers. "
+        "Refusals and servers found down are not counted.",
+    )
+    load_factor: float = Field(
+        default=1.25,
+        ge=1.0,
+        description="Document affinity: a new document goes to its own server unless that would hold "
+        "more than this times the fleet's mean of docsumd's tokens in flight.",
+    )
+    busy_kv_cache_usage: float = Field(
+        default=0.95,
+        gt=0.0,
+        le=1.0,
+        description="A server whose KV cache is at least this full takes no new documents while "
+        "another is free.",
+    )
+    schedules_by_priority: bool = Field(
+        default=False,
+        description="The servers run with --scheduling-policy priority: requests carry admission's "
+        "priority (light before heavy). Servers do not tell, so say it here.",
+    )
+
+    @model_validator(mode="after")
+    def _endpoints_are_base_urls(self) -> Self:
+        seen: set[str] = set()
+        for url in self.endpoints:
+            problem = _base_url_problem(url)
+            if problem:
+                raise ValueError(f"endpoint {url!r}: {problem}")
+            normal = url.rstrip("/").lower()
+            if normal in seen:
+                raise ValueError(f"endpoint {url!r} is listed twice")
+            seen.add(normal)
+        if (self.client_cert_file is None) != (self.client_key_file is None):
+            raise ValueError("client_cert_file and client_key_file go together")
+        if self.api_key is not None and self.api_key_file is not None:
+            raise ValueError("set api_key or api_key_file, not both")
+        return self
+
+
+def _base_url_problem(url: str) -> str | None:
+    """Why ``url`` is not a server's base URL, or None."""
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        return str(exc)
+    if parts.scheme not in ("http", "https"):
+        return "not an http:// or https:// URL"
+    if not parts.hostname:
+        return "no host"
+    if parts.username or parts.password:
+        return "credentials do not belong in the URL (use api_key_file)"
+    if parts.query or parts.fragment:
+        return "a base URL has no query or fragment"
+    if port == 0:
+        return "port 0"
+    return None
+
+
+EngineMode = Literal["local", "remote"]
+
+
 class EngineConfig(_Section):
-    """How the vLLM engine is built (one engine per daemon).
+    """How the vLLM engine is built (one engine per daemon), or, with ``mode = "remote"``, which
+    servers are used instead (``[engine.remote]``).
 
     ``quantization``, ``kv_cache_dtype``, ``speculative`` and the names in ``extra`` are checked
     against the installed vLLM's own lists where the daemon is assembled and again before the engine
     starts (:mod:`daemon.engine.vllm_args`); here only their shape."""
 
-    model: str = Field(description="Local model folder or a model id (ids need a reachable model hub).")
+    mode: EngineMode = Field(
+        default="local",
+        description='"local": docsumd runs vLLM in its own process (AsyncLLM); "remote": it sends requests '
+        "to the OpenAI-compatible servers of [engine.remote] (no local engine, no GPU needed).",
+    )
+    remote: RemoteEngineConfig | None = Field(
+        default=None, description="[engine.remote]: the servers of the remote mode."
+    )
+    model: str = Field(
+        description="Local model folder or a model id (ids need a reachable model hub). In remote mode "
+        "only its tokenizer is loaded, and results carry its name."
+    )
     tokenizer: str | None = Field(default=None, description="Tokenizer folder or id; defaults to the model.")
     dtype: str = Field(
         default="auto",
@@ -171,11 +337,13 @@ class EngineConfig(_Section):
         description="KV cache size in bytes. Required on CPU (vLLM would otherwise claim most of a NUMA "
         "node); on GPU leave it unset and use gpu_memory_utilization.",
     )
-    gpu_memory_utilization: float = Field(
-        default=0.90,
+    gpu_memory_utilization: float | None = Field(
+        default=None,
         gt=0.0,
         le=1.0,
-        description="Share of GPU memory for weights and KV cache (when kv_cache_memory_bytes is unset).",
+        description="GPU share for weights and KV cache (when kv_cache_memory_bytes is unset). Unset: left "
+        "to vLLM where it sizes its KV cache from measured memory (vLLM 0.34 on, where a value only takes "
+        "memory from the cache), 0.90 on older vLLM (0.26, 0.32).",
     )
     tensor_parallel_size: int = Field(
         default=1, ge=1, description="vLLM's tensor parallelism: GPUs of one host that split every layer."
@@ -237,12 +405,35 @@ class EngineConfig(_Section):
             )
         return self
 
+    @model_validator(mode="after")
+    def _remote_table_with_remote_mode(self) -> Self:
+        if self.mode == "remote" and self.remote is None:
+            raise ValueError('engine.mode = "remote" needs an [engine.remote] table with endpoints')
+        if self.mode == "local" and self.remote is not None:
+            raise ValueError(
+                '[engine.remote] is set but engine.mode is "local": set mode = "remote" or remove it'
+            )
+        return self
+
     @property
     def schedules_by_priority(self) -> bool:
         """Whether vLLM orders the requests it holds by their priority (``[engine.extra]
-        scheduling_policy = "priority"``): admission then sends priorities, and light requests go
-        before heavy prefill already in the engine."""
+        scheduling_policy = "priority"``, or ``engine.remote.schedules_by_priority``): admission then
+        sends priorities, and light requests go before heavy prefill already in the engine."""
+        if self.remote is not None:
+            return self.remote.schedules_by_priority
         return self.extra.get("scheduling_policy") == "priority"
+
+    def local_only_keys(self) -> list[str]:
+        """The keys set (in the file or the environment) that only the local engine reads: in remote
+        mode they change nothing (the servers have their own settings)."""
+        if self.mode != "remote":
+            return []
+        remote_keys = {"mode", "remote", "model", "tokenizer", "trust_remote_code", "served_model_name"}
+        # max_model_len (checked against the servers), max_num_seqs and max_num_batched_tokens (each
+        # server's, for admission's defaults) still count.
+        remote_keys |= {"max_model_len", "max_num_seqs", "max_num_batched_tokens"}
+        return sorted(f"engine.{key}" for key in self.model_fields_set - remote_keys)
 
     @property
     def model_name(self) -> str:
@@ -550,6 +741,20 @@ class ExtractConfig(_Section):
         description="Extracted text over this many characters fails with 'too_large'; the text must then "
         "also fit limits.max_input_bytes as UTF-8, like any input.",
     )
+    max_expansion_ratio: float = Field(
+        default=20.0,
+        ge=1.0,
+        description="Extracted text (as UTF-8) over this many times its input's bytes fails with "
+        "'too_expanded', once it is over expansion_floor_bytes: a small file must not hold the memory "
+        "and engine time of a large one. Extraction stops as soon as the text passes it, and the "
+        "service's byte budget counts each extracted document at this cap until its text is known.",
+    )
+    expansion_floor_bytes: int = Field(
+        default=1024 * 1024,
+        ge=0,
+        description="Extracted text up to this many bytes (as UTF-8) is never refused for its "
+        "expansion ratio, however small its input.",
+    )
     max_unpacked_bytes: int = Field(
         default=200 * 1024 * 1024,
         ge=1,
@@ -640,6 +845,16 @@ class FolderSourceConfig(_Section):
         for name, path in others.items():
             if work == path or work in path.parents or path in work.parents:
                 raise ValueError(f"work must be a folder of its own, not {name}, inside it or around it")
+
+
+STATIC_SESSION_TIMEOUT_MS: Final = 300_000
+"""A static member's default session timeout: a daemon's restart (drain, engine stop, a new process,
+the engine's start) fits in it, so its partitions wait for it instead of moving."""
+DYNAMIC_SESSION_TIMEOUT_MS: Final = 30_000
+"""A dynamic member's default session timeout."""
+_JOIN_MARGIN_MS: Final = 5_000
+"""rebalance_timeout_ms stays this far below request_timeout_ms (the Java client's JoinGroup timeout is
+the rebalance timeout plus 5 s; aiokafka uses request_timeout_ms)."""
 
 
 class KafkaSourceConfig(_Section):
@@ -759,11 +974,39 @@ class KafkaSourceConfig(_Section):
         description="How often finished offsets are committed (also on stop, rebalance).",
     )
     lag_interval_seconds: float = Field(default=10.0, gt=0.0, description="Consumer lag metric period.")
-    session_timeout_ms: int = Field(
+    static_membership: bool = Field(
+        default=True,
+        description="Join the group as a static member (KIP-345) under group_instance_id: a daemon that "
+        "restarts within session_timeout_ms gets its partitions back without a rebalance of the others. "
+        "It never leaves the group on purpose (aiokafka sends no LeaveGroup for a static member): a "
+        "daemon stopped for good leaves its partitions idle until its session times out. false: a "
+        "dynamic member (leaves on stop; every join or leave rebalances the group).",
+    )
+    group_instance_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=249,
+        pattern=r"^[A-Za-z0-9._-]+$",
+        description="static_membership: this daemon's member id, stable across its restarts and distinct "
+        "between daemons running at once (on Kubernetes a StatefulSet's pod name). Default: the host "
+        "name and the metrics port (HOST-PORT); with metrics off or on port 0 there is no stable default "
+        "and the daemon joins as a dynamic member (with a warning).",
+    )
+    session_timeout_ms: int | None = Field(
+        default=None,
+        ge=1000,
+        description="Kafka drops a member silent this long. Default 300000 for a static member (covers a "
+        "restart of the daemon and its engine), 30000 for a dynamic one (longer than aiokafka's 10 s: a "
+        "host busy with the engine can stall the event loop for seconds, and a needless rebalance redoes "
+        "work). Brokers accept group.min.session.timeout.ms to group.max.session.timeout.ms (Kafka's "
+        "defaults: 6000 to 1800000).",
+    )
+    rebalance_timeout_ms: int = Field(
         default=30_000,
         ge=1000,
-        description="Kafka drops a member silent this long. Longer than aiokafka's 10 s: a host busy "
-        "with the engine can stall the event loop for seconds, and a needless rebalance redoes work.",
+        description="How long the broker waits, in a rebalance, for the members to join again (aiokafka "
+        "would take session_timeout_ms). Below request_timeout_ms: aiokafka waits that long for the "
+        "join the broker holds.",
     )
     heartbeat_interval_ms: int = Field(
         default=3_000,
@@ -810,9 +1053,21 @@ class KafkaSourceConfig(_Section):
             raise ValueError("output_topic and dead_letter_topic must not be input topics (a loop)")
         if self.sasl_mechanism is None and self.security_protocol.startswith("SASL"):
             raise ValueError(f"security_protocol {self.security_protocol} needs sasl_mechanism")
-        if self.heartbeat_interval_ms * 3 > self.session_timeout_ms:
+        if self.heartbeat_interval_ms * 3 > self.session_timeout(static=False):
             raise ValueError("heartbeat_interval_ms must be at most a third of session_timeout_ms")
+        if self.rebalance_timeout_ms + _JOIN_MARGIN_MS > self.request_timeout_ms:
+            raise ValueError(
+                f"rebalance_timeout_ms ({self.rebalance_timeout_ms}) must be at least {_JOIN_MARGIN_MS} "
+                f"below request_timeout_ms ({self.request_timeout_ms}): aiokafka waits request_timeout_ms "
+                "for a join the broker may hold for rebalance_timeout_ms"
+            )
         return self
+
+    def session_timeout(self, *, static: bool) -> int:
+        """The session timeout in ms: ``session_timeout_ms``, or the default of a static or dynamic member."""
+        if self.session_timeout_ms is not None:
+            return self.session_timeout_ms
+        return STATIC_SESSION_TIMEOUT_MS if static else DYNAMIC_SESSION_TIMEOUT_MS
 
 
 class SourcesConfig(_Section):
@@ -841,8 +1096,8 @@ class ServiceConfig(_Section):
         default=None,
         ge=1,
         description="Documents read and handed to the engine at once (the window in which admission "
-        "reorders); defaults to 2 x engine.max_num_seqs so the engine always has a full batch while results "
-        "are written.",
+        "reorders); defaults to 2 x engine.max_num_seqs (per server of [engine.remote] in remote mode) so "
+        "the engine always has a full batch while results are written.",
     )
     drain_seconds: float = Field(
         default=60.0,
@@ -860,6 +1115,48 @@ class ServiceConfig(_Section):
         "completed for this long: /healthz answers 503 and the systemd watchdog is no longer fed, so "
         "systemd restarts a wedged daemon. Idle with no work stays healthy. 0 turns it off.",
     )
+
+
+class TracingConfig(_Section):
+    """``[tracing]``: one OpenTelemetry trace per document, exported over OTLP/HTTP (off by default).
+
+    A document's span is the child of its Kafka message's ``traceparent`` (W3C trace context), or the
+    root of a new trace (folder inputs, messages without one); its steps and engine requests are its
+    children, vLLM's own ``llm_request`` spans theirs (daemon/ops/tracing.py)."""
+
+    otlp_endpoint: str | None = Field(
+        default=None,
+        description='The OTLP/HTTP collector, e.g. "http://otel-collector:4318" (spans go to its '
+        "/v1/traces; a URL with a path is used as given). Unset: no tracing, and nothing of "
+        "OpenTelemetry is loaded.",
+    )
+    sampling_ratio: float = Field(
+        default=1.0,
+        ge=0.0,
+        le=1.0,
+        description="The share of new traces recorded (documents without a sampled parent); a Kafka "
+        "message's traceparent decides for its document (parent-based sampling).",
+    )
+    service_name: str = Field(default="docsumd", min_length=1, description="The spans' service.name.")
+
+    @model_validator(mode="after")
+    def _endpoint_is_http(self) -> Self:
+        if self.otlp_endpoint is not None:
+            parts = urlsplit(self.otlp_endpoint)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise ValueError(
+                    f"otlp_endpoint must be an http:// or https:// URL with a host (OTLP over HTTP), "
+                    f"got {self.otlp_endpoint!r}"
+                )
+        return self
+
+    @property
+    def traces_url(self) -> str | None:
+        """Where spans are posted: the endpoint's /v1/traces, or the endpoint itself if it has a path."""
+        if self.otlp_endpoint is None:
+            return None
+        base = self.otlp_endpoint.rstrip("/")
+        return base if urlsplit(base).path else f"{base}/v1/traces"
 
 
 class LoggingConfig(_Section):
@@ -1020,6 +1317,7 @@ class Config(BaseSettings):
     metrics: MetricsConfig = MetricsConfig()
     service: ServiceConfig = ServiceConfig()
     logging: LoggingConfig = LoggingConfig()
+    tracing: TracingConfig = TracingConfig()
     cache: CacheConfig = Field(default_factory=CacheConfig)
     profiles: dict[ProfileName, ProfileConfig] = Field(
         default_factory=dict,
@@ -1062,8 +1360,10 @@ class Config(BaseSettings):
 
     @property
     def inflight_documents(self) -> int:
-        """The effective bound on documents in flight."""
-        return self.service.max_inflight_documents or 2 * self.engine.max_num_seqs
+        """The effective bound on documents in flight (in remote mode, twice a server's batch per
+        server of ``[engine.remote]``)."""
+        servers = len(self.engine.remote.endpoints) if self.engine.remote is not None else 1
+        return self.service.max_inflight_documents or 2 * self.engine.max_num_seqs * servers
 
     @classmethod
     def settings_customise_sources(

@@ -87,6 +87,59 @@ class TroubledSource(Protocol):
         ...
 
 
+@runtime_checkable
+class PausableSource(Protocol):
+    """A source that can stop taking inputs in without stopping (the Kafka source pauses its
+    partitions and stays in its group; the folder source claims no file): the service pauses intake
+    while no engine server takes work."""
+
+    def pause_intake(self) -> None:
+        """Take no new input in until :meth:`resume_intake` (what is already taken in stays)."""
+        ...
+
+    def resume_intake(self) -> None:
+        """Take inputs in again."""
+        ...
+
+
+@runtime_checkable
+class FleetEngine(Protocol):
+    """An engine made of servers that come and go (:class:`daemon.engine.remote.engine.RemoteEngine`).
+
+    While none takes work (:attr:`problem` set) requests wait instead of failing; the service then
+    reports itself unhealthy and pulls no input (:meth:`wait_available`). Admission scales its
+    per-engine bounds with :attr:`engines` and is told of changes (:meth:`on_change`)."""
+
+    @property
+    def problem(self) -> str | None:
+        """Why no request can be served now, or None."""
+        ...
+
+    @property
+    def engines(self) -> int:
+        """How many servers take work now (at least 1)."""
+        ...
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` whenever a server comes up or goes down."""
+        ...
+
+    async def wait_available(self) -> None:
+        """Return once a server takes work."""
+        ...
+
+
+@runtime_checkable
+class CachingEngine(Protocol):
+    """An engine that knows its prefix cache's granularity: prompts then pad their shared prefix to
+    whole blocks (:class:`daemon.summary.prompts.PromptBuilder`)."""
+
+    @property
+    def cache_block_tokens(self) -> int | None:
+        """The KV cache block size in tokens (only whole blocks are reused), once known."""
+        ...
+
+
 @dataclass(frozen=True, slots=True)
 class Sampling:
     """How one request samples its output: the engine turns it into its own settings.

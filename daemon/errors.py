@@ -27,6 +27,7 @@ Reason = Literal[
     "empty",
     "whitespace_only",
     "too_large",
+    "too_expanded",
     "binary",
     "encrypted",
     "malformed",
@@ -83,6 +84,17 @@ REASONS: Final[Mapping[Reason, ReasonInfo]] = {
         "headers over max_header_bytes, or a result that would not fit max_request_bytes (refused after "
         "it was made).",
         "Raise the limit the message names if such inputs are legitimate; otherwise fix the producer.",
+        "input",
+    ),
+    "too_expanded": ReasonInfo(
+        "A PDF, DOCX, ODT or HTML file whose extracted text, as UTF-8, would be over "
+        "extract.max_expansion_ratio (default 20) times the input's bytes and over "
+        "extract.expansion_floor_bytes (default 1 MiB): a small file that stands for a large text (a list "
+        "counter of millions of letters, one page content shown on thousands of pages). Extraction stops "
+        "as soon as the text passes the cap.",
+        "Real documents stay far below the ratio; if such inputs are legitimate, raise "
+        "extract.max_expansion_ratio or extract.expansion_floor_bytes (each document is counted at that cap "
+        "in limits.max_inflight_bytes while it is extracted); otherwise fix the producer.",
         "input",
     ),
     "binary": ReasonInfo(
@@ -240,7 +252,13 @@ class EngineError(Exception):
 
 
 class RequestError(EngineError):
-    """One engine request failed; the engine is still healthy (per document)."""
+    """One engine request failed; the engine is still healthy (per document). ``reason`` is the
+    document's failure reason: ``engine_error``, or ``too_long`` when the server found the prompt
+    longer than its context."""
+
+    def __init__(self, message: str, *, reason: Reason = "engine_error") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class EngineDeadError(EngineError):

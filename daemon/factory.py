@@ -1,4 +1,4 @@
-"""Sources and their sinks, built from the config: the one place that knows every kind.
+"""Sources and their sinks, and the engine, built from the config: the one place that knows every kind.
 
 Each ``[sources.NAME]`` section of the config has a builder here. Adding a source (S3, HTTP, ...)
 means: a config section in :class:`~daemon.config.SourcesConfig`, a module under ``daemon/sources/``
@@ -8,11 +8,15 @@ means: a config section in :class:`~daemon.config.SourcesConfig`, a module under
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from typing import Any, Final
 
-from daemon.config import Config, FolderSourceConfig, KafkaSourceConfig
-from daemon.contracts import Source
+from daemon.config import Config, EngineConfig, FolderSourceConfig, KafkaSourceConfig
+from daemon.contracts import EngineClient, Source
+from daemon.ops.logging import get_logger
+
+log = get_logger(__name__)
 
 
 def build_folder(section: FolderSourceConfig, config: Config) -> Source:
@@ -29,8 +33,17 @@ def build_kafka(section: KafkaSourceConfig, config: Config) -> Source:
     # Imported here: aiokafka is loaded only by daemons that read Kafka.
     from daemon.sinks.kafka import KafkaSink
     from daemon.sources.kafka import KafkaSource
+    from daemon.sources.kafka.membership import group_instance_id, why_dynamic
 
-    return KafkaSource(section, KafkaSink(section), max_input_bytes=config.limits.max_input_bytes)
+    member = group_instance_id(section, config.metrics, socket.gethostname())
+    if member is None and section.static_membership:
+        log.warning("kafka: joining as a dynamic member", reason=why_dynamic(section))
+    return KafkaSource(
+        section,
+        KafkaSink(section),
+        max_input_bytes=config.limits.max_input_bytes,
+        group_instance_id=member,
+    )
 
 
 BUILDERS: Final[dict[str, Callable[[Any, Config], Source]]] = {
@@ -48,3 +61,16 @@ def build_sources(config: Config) -> list[Source]:
         if section is not None:
             sources.append(build(section, config))
     return sources
+
+
+def build_engine(config: EngineConfig) -> EngineClient:
+    """The engine ``config`` asks for: vLLM in this process (``mode = "local"``), or the servers of
+    ``[engine.remote]`` (``mode = "remote"``)."""
+    # Imported here: neither is loaded by a daemon that does not use it.
+    if config.mode == "remote":
+        from daemon.engine.remote.engine import RemoteEngine
+
+        return RemoteEngine(config)
+    from daemon.engine.vllm_engine import Engine
+
+    return Engine(config)

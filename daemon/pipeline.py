@@ -24,13 +24,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Any, Final
 
 import structlog
 
 from daemon.document.decode import sha256_hex
-from daemon.document.reader import DocumentReader
+from daemon.document.reader import DocumentReader, Room
 from daemon.errors import DocumentError, EngineDeadError, SinkError
+from daemon.ops import pending, tracing
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import (
     observe_failed,
@@ -38,6 +39,7 @@ from daemon.ops.metrics import (
     observe_request_kinds,
     observe_summarized,
 )
+from daemon.ops.pending import PENDING
 from daemon.records import Summary, failure_record, fallback_failure_record, result_record
 from daemon.summary.options import parse_options
 from daemon.summary.profiles import Profile
@@ -74,20 +76,37 @@ class DocumentPipeline:
         observe_profiles(summarizer.profiles.names)
         observe_request_kinds(kind.value for kind in PromptKind)
 
-    async def process(self, item: WorkItem) -> str:
-        """Take ``item`` to an acknowledged result or failure record; return the outcome."""
-        with structlog.contextvars.bound_contextvars(doc_id=item.id, source=item.source):
+    async def process(self, item: WorkItem, *, room: Room | None = None) -> str:
+        """Take ``item`` to an acknowledged result or failure record; return the outcome.
+
+        ``room`` is told what the document holds as it is read (:meth:`DocumentReader.read`): the
+        service's byte budget, which the document may wait for."""
+        with (
+            structlog.contextvars.bound_contextvars(doc_id=item.id, source=item.source),
+            tracing.document_span(
+                item.id,
+                item.source,
+                parent=item.trace_context,
+                received_at=item.received_at,
+                metadata=item.metadata,
+            ),
+            PENDING.document(item.size or 0),
+        ):
             data: bytes | None = None
             profile: Profile | None = None
             try:
-                data = await item.load()
-                document = await self.reader.read(
-                    data,
-                    doc_id=item.id,
-                    source=item.source,
-                    metadata=item.metadata,
-                    hint=item.format_hint,
-                )
+                with tracing.receive_span(item.received_at):
+                    data = await item.load()
+                pending.resized(len(data))
+                with tracing.span("extract"):
+                    document = await self.reader.read(
+                        data,
+                        doc_id=item.id,
+                        source=item.source,
+                        metadata=item.metadata,
+                        hint=item.format_hint,
+                        room=room,
+                    )
                 options = parse_options(None if item.load_options is None else await item.load_options())
                 profile = self.summarizer.profiles.choose(options.profile, item.profile)
                 queued_s = time.monotonic() - item.received_at
@@ -108,8 +127,10 @@ class DocumentPipeline:
             record = result_record(
                 document, summary, model=self.model_name, queued_s=queued_s, total_s=total_s
             )
+            tracing.annotate(_summary_attributes(summary))
             try:
-                await item.complete(record)
+                with tracing.span("publish"):
+                    await item.complete(record)
             except DocumentError as error:  # this result cannot be written; its failure record can
                 log.error("the result cannot be written", reason=error.reason, message=error.message)
                 return await self._record_failure(item, error, data, profile)
@@ -127,11 +148,13 @@ class DocumentPipeline:
             sha256=None if data is None else sha256_hex(data),
             input_bytes=None if data is None else len(data),
         )
-        try:
-            await item.fail(record)
-        except DocumentError as problem:
-            log.error("the failure record cannot be written; writing a minimal one", error=str(problem))
-            await item.fail(fallback_failure_record(record, problem.message))
+        tracing.failed(error.reason, error.message)
+        with tracing.span("publish"):
+            try:
+                await item.fail(record)
+            except DocumentError as problem:
+                log.error("the failure record cannot be written; writing a minimal one", error=str(problem))
+                await item.fail(fallback_failure_record(record, problem.message))
         # Before its profile was chosen (or when it asked for an unknown one) a document counts
         # under its source's: metric labels stay within the config's profile names.
         label = profile.name if profile is not None else self.summarizer.profiles.label(item.profile)
@@ -156,3 +179,20 @@ class DocumentPipeline:
             truncated=summary.truncated,
             total_s=round(total_s, 3),
         )
+
+
+def _summary_attributes(summary: Summary) -> dict[str, Any]:
+    """What the document span records of its summary."""
+    return {
+        "docsumd.outcome": OK,
+        "docsumd.profile": summary.profile,
+        "docsumd.strategy": summary.strategy,
+        "docsumd.parts": summary.parts,
+        "docsumd.depth": summary.depth,
+        "docsumd.requests": summary.requests,
+        "docsumd.document_tokens": summary.document_tokens,
+        "docsumd.truncated": summary.truncated,
+        "gen_ai.usage.input_tokens": summary.prompt_tokens,
+        "gen_ai.usage.output_tokens": summary.generated_tokens,
+        "docsumd.cached_prompt_tokens": summary.cached_prompt_tokens,
+    }

@@ -7,6 +7,12 @@ in its own task; and on :meth:`request_stop` drains: it stops pulling, gives in-
 ``drain_seconds`` to finish, cancels the rest (their vLLM requests are aborted and their inputs stay
 unacknowledged), and shuts the engine down.
 
+With an engine of servers that can all be down at once (the remote mode,
+:class:`~daemon.contracts.FleetEngine`), the service takes no new input while none takes work
+(Kafka partitions are paused once the consumer's buffer is full, no more files are claimed), reports
+itself unhealthy on ``/healthz``, and waits: documents in flight wait for a server too, none fails for
+it. The systemd watchdog is still fed meanwhile: a restart cannot bring remote servers back.
+
 Errors (:mod:`daemon.errors`): the pipeline settles per-document errors itself. An
 :class:`~daemon.errors.EngineDeadError` or :class:`~daemon.errors.SinkError` is fatal: intake stops,
 nothing more is acknowledged, and :meth:`run` raises :class:`~daemon.errors.FatalError` so the
@@ -23,17 +29,24 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from daemon.config import Config, ExtractConfig, LimitsConfig
-from daemon.contracts import EngineClient, ReleasingSource, Source, TroubledSource
+from daemon.contracts import (
+    CachingEngine,
+    EngineClient,
+    FleetEngine,
+    PausableSource,
+    ReleasingSource,
+    Source,
+    TroubledSource,
+)
 from daemon.document.layout import ExtractLimits
 from daemon.document.reader import DocumentReader
 from daemon.document.sandbox import SandboxLimits
-from daemon.engine.admission import admission_for_engine
+from daemon.engine.admission import AdmissionControl, admission_for_engine, admission_limits
 from daemon.engine.byte_budget import ByteBudget, Holding
 from daemon.engine.model_files import load_tokenizer
 from daemon.engine.progress import ProgressWatch
-from daemon.engine.vllm_engine import Engine
 from daemon.errors import EngineDeadError, FatalError, SinkError
-from daemon.factory import build_sources
+from daemon.factory import build_engine, build_sources
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import ENGINE_STARTING, ENGINE_UP, INFLIGHT, QUEUED, READY, MetricsServer
 from daemon.ops.notify import SystemdNotifier
@@ -49,6 +62,20 @@ log = get_logger(__name__)
 _ENGINE_POLL_SECONDS = 2.0
 
 
+def extract_limits(limits: LimitsConfig, section: ExtractConfig) -> ExtractLimits:
+    """What one extraction may cost under a config's ``[limits]`` and ``[extract]`` (the text must also
+    fit ``limits.max_input_bytes``)."""
+    return ExtractLimits(
+        max_pages=section.max_pages,
+        max_output_chars=section.max_output_chars,
+        max_text_bytes=limits.max_input_bytes,
+        max_expansion_ratio=section.max_expansion_ratio,
+        expansion_floor_bytes=section.expansion_floor_bytes,
+        max_unpacked_bytes=section.max_unpacked_bytes,
+        max_compression_ratio=section.max_compression_ratio,
+    )
+
+
 def build_reader(limits: LimitsConfig, section: ExtractConfig) -> DocumentReader:
     """The document reader of a config's ``[limits]`` and ``[extract]``: its extraction limits, or no
     extraction when it is off."""
@@ -59,16 +86,10 @@ def build_reader(limits: LimitsConfig, section: ExtractConfig) -> DocumentReader
         timeout_seconds=section.timeout_seconds,
         max_tasks_per_worker=section.max_tasks_per_worker,
     )
-    extract = ExtractLimits(
-        max_pages=section.max_pages,
-        max_output_chars=section.max_output_chars,
-        max_unpacked_bytes=section.max_unpacked_bytes,
-        max_compression_ratio=section.max_compression_ratio,
-    )
     return DocumentReader(
         max_input_bytes=limits.max_input_bytes,
         sandbox=sandbox if section.enabled else None,
-        extract=extract,
+        extract=extract_limits(limits, section),
     )
 
 
@@ -110,7 +131,7 @@ class Service:
         ``reader`` reads every input's bytes (:class:`~daemon.document.reader.DocumentReader`, whose
         extraction workers start with the first document that needs them)."""
         self.config = config
-        self.engine: EngineClient = engine if engine is not None else Engine(config.engine)
+        self.engine: EngineClient = engine if engine is not None else build_engine(config.engine)
         self.sources: list[Source] = sources if sources is not None else build_sources(config)
         self.reader = reader or build_reader(config.limits, config.extract)
         self._tokenizer = tokenizer
@@ -132,20 +153,32 @@ class Service:
         self._ready = False
         self._bytes = ByteBudget(config.limits.max_inflight_bytes)
         self._progress = ProgressWatch(config.service.stall_seconds)
-        self.notifier.watch_health(self.healthy)
+        self.notifier.watch_health(self._alive)
         self._drained = False  # stopped cleanly: drained with no fatal error
+        self._intake_paused = False
 
     # -- health ----------------------------------------------------------------------------------
 
     def healthy(self) -> bool:
-        """Process alive, engine not dead (a starting engine counts as healthy), and work moving: with
-        documents in flight or waiting, one finished or an engine request completed within
-        ``service.stall_seconds`` (:mod:`daemon.engine.progress`)."""
+        """Process alive, engine not dead (a starting engine counts as healthy), some server taking
+        work (remote mode), and work moving: with documents in flight or waiting, one finished or an
+        engine request completed within ``service.stall_seconds`` (:mod:`daemon.engine.progress`)."""
+        return self._engine_problem() is None and self._alive()
+
+    def _alive(self) -> bool:
+        """:meth:`healthy`, except that servers all down is not a failure here: what the systemd
+        watchdog is fed on (restarting docsumd cannot bring remote servers back), and no stall while
+        they are down (nothing can progress)."""
         if self._fatal is not None or not (self.engine.is_running or not self._ready):
             return False
         if any(isinstance(source, TroubledSource) and source.problem for source in self.sources):
             return False
-        return not (self._ready and self._progress.stalled(has_work=bool(self._inflight) or self.backlog > 0))
+        has_work = (bool(self._inflight) or self.backlog > 0) and self._engine_problem() is None
+        return not (self._ready and self._progress.stalled(has_work=has_work))
+
+    def _engine_problem(self) -> str | None:
+        """Why the engine serves no request now although it runs (every remote server down), or None."""
+        return self.engine.problem if isinstance(self.engine, FleetEngine) else None
 
     def ready(self) -> bool:
         """Engine warm, sources running, not draining."""
@@ -190,6 +223,9 @@ class Service:
                 return
             for source in self.sources:
                 await source.start()
+            if isinstance(self.engine, FleetEngine):
+                self.engine.on_change(self._pause_or_resume_intake)
+                self._pause_or_resume_intake()
             self._ready = True
             self._progress.progressed()  # the stall clock starts now, not at the engine's start
             READY.set(1)
@@ -273,14 +309,46 @@ class Service:
         except EngineDeadError as exc:
             raise FatalError(str(exc)) from exc
         ENGINE_UP.set(1)
-        self._pipeline = self._build_pipeline(tokenizer, profiles)
+        self._pipeline = self._build_pipeline(tokenizer, self._aligned_profiles(tokenizer, profiles))
+
+    def _aligned_profiles(self, tokenizer: ChatTokenizer, profiles: Profiles) -> Profiles:
+        """The profiles again, with each prompt's shared prefix padded to the running engine's KV block
+        size where it knows one (:class:`~daemon.summary.prompts.PromptBuilder`); profiles passed in
+        are kept as they are."""
+        block = self.engine.cache_block_tokens if isinstance(self.engine, CachingEngine) else None
+        if self._profiles is not None or not block:
+            return profiles
+        aligned = build_profiles(self.config, tokenizer, cache_block_tokens=block)
+        log.info("prompt prefixes aligned to the engine's KV blocks", block_tokens=block)
+        return aligned
+
+    def _admission(self) -> AdmissionControl:
+        """Admission on the running engine (sized from its KV cache); for a fleet of servers, sized
+        for those that take work, and resized as they come and go."""
+        config, engine = self.config, self.engine
+        engines = engine.engines if isinstance(engine, FleetEngine) else 1
+        admission = admission_for_engine(
+            config.admission, config.engine, kv_cache_tokens=engine.kv_cache_tokens, engines=engines
+        )
+        if isinstance(engine, FleetEngine):
+
+            def resize() -> None:
+                admission.resize(
+                    admission_limits(
+                        config.admission,
+                        config.engine,
+                        kv_cache_tokens=engine.kv_cache_tokens,
+                        engines=engine.engines,
+                    )
+                )
+
+            engine.on_change(resize)
+        return admission
 
     def _build_pipeline(self, tokenizer: ChatTokenizer, profiles: Profiles) -> DocumentPipeline:
         """The per-document path on the running engine (admission sizes itself from its KV cache)."""
         config = self.config
-        admission = admission_for_engine(
-            config.admission, config.engine, kv_cache_tokens=self.engine.kv_cache_tokens
-        )
+        admission = self._admission()
         summarizer = Summarizer(
             self._progress.watching(self.engine),
             tokenizer,
@@ -360,6 +428,7 @@ class Service:
         items = source.items()
         try:
             while not self._stop_requested.is_set():
+                await self._until_engine_available()
                 await self._slots.acquire()
                 try:
                     item = await anext(items)
@@ -380,6 +449,31 @@ class Service:
         finally:
             await _aclose(items)
 
+    def _pause_or_resume_intake(self) -> None:
+        """Sources take no input in while no engine server takes work (:class:`PausableSource`);
+        called whenever a server comes or goes."""
+        problem = self._engine_problem()
+        paused = problem is not None
+        if paused != self._intake_paused:
+            self._intake_paused = paused
+            if paused:
+                log.warning("intake paused: no engine server takes work", problem=problem)
+                self.notifier.status(f"intake paused: {problem}")
+            else:
+                log.info("intake resumed: an engine server takes work again")
+        for source in self.sources:
+            if isinstance(source, PausableSource):
+                if paused:
+                    source.pause_intake()
+                else:
+                    source.resume_intake()
+
+    async def _until_engine_available(self) -> None:
+        """Pull nothing from a source while the engine serves no request (every remote server down)."""
+        engine = self.engine
+        if isinstance(engine, FleetEngine) and engine.problem is not None:
+            await engine.wait_available()
+
     def _on_done(self, task: asyncio.Task[None]) -> None:
         self._inflight.discard(task)
         self._slots.release()
@@ -393,7 +487,7 @@ class Service:
         try:
             if item.size is None:
                 item = dataclasses.replace(item, load=held.reading(item.load))
-            outcome = await self._pipeline.process(item)
+            outcome = await self._pipeline.process(item, room=held.hold_text)
         finally:
             held.release()
         self._progress.progressed()

@@ -46,6 +46,9 @@ class WorkItem:
     format_hint: str | None = None
     """What its source says the format is (a file name's suffix, a Kafka ``content-type``): a hint to
     :func:`~daemon.document.formats.detect_format`, which reads the bytes first."""
+    trace_context: dict[str, str] | None = None
+    """The W3C trace context its source received with it (a Kafka message's ``traceparent`` and
+    ``tracestate`` headers): its trace continues there (:mod:`daemon.ops.tracing`). None: a new trace."""
     received_at: float = field(default_factory=time.monotonic)
     settled: bool = False
     size: int | None = None

@@ -5,7 +5,9 @@
 #   - the Grafana dashboard: valid JSON, every panel titled, described and queried, unique panel ids,
 #     no overlapping panels, every PromQL expression parseable (promtool), the provisioning files
 #     consistent with it.
-# Installs promtool (Debian package "prometheus", scripts/install-prometheus.sh) when it is missing.
+#   - the Helm chart (scripts/check-helm.sh).
+# Installs promtool (Debian package "prometheus", scripts/install-prometheus.sh) when it is missing, and the
+# chart's tools (helm, kubernetes-validate: scripts/install-deploy-tools.sh) into a cache folder.
 # Needs no running service.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,5 +35,8 @@ promtool check rules "$exprs"
 echo "== compose file (no container runtime here: structure and mounted files only)"
 "$python" scripts/check_deploy_files.py compose
 promtool check config --syntax-only deploy/compose/prometheus.yml  # its rule file is mounted at run time
+
+echo "== Helm chart (helm lint and template, kubernetes-validate, the CRDs, values table)"
+bash scripts/check-helm.sh
 
 echo "== deploy checks passed"

@@ -31,7 +31,7 @@ export DOCSUMD_ENGINE__MODEL=${GPU_MODEL:-/tmp/model}   # spec.sh: the real smal
 left=$(( LIMIT - ( $(date +%s) - T0 ) ))
 echo "=== $NAME: compare.py $* (deadline ${left}s) at +$(( $(date +%s) - T0 ))s"
 cd "$SRC"
-setsid timeout -k 5 "$left" python3 bench/compare.py --config bench/configs/h200-qwen7b-dummy.toml \
+setsid timeout -k 5 "$left" python3 -m bench.compare --config bench/configs/h200-qwen7b-dummy.toml \
   --json "$OUT/$NAME.json" --deadline $(( left - 10 )) "$@" > "$OUT/$NAME.log" 2>&1 &
 pid=$!; wait $pid; rc=$?
 kill -KILL -- -$pid 2>/dev/null   # EngineCore children of this run, if any are left

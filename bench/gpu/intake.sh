@@ -13,7 +13,7 @@ export PYTHONPATH=/tmp/site:$SRC TOKENIZERS_PARALLELISM=false PYTHONUNBUFFERED=1
 cd "$SRC"
 ARGS=(--config bench/configs/h200-qwen7b-dummy-fp8-seqs384.toml --model "$MODEL" --docs "$DOCS" --count 400)
 echo "cpus $(nproc); $(python3 -c 'import transformers, tokenizers; print("transformers", transformers.__version__, "tokenizers", tokenizers.__version__)')"
-python3 bench/intake.py "${ARGS[@]}" --repeat 3 --json "$OUT/intake.json" 2>"$OUT/intake.log" | tail -1
+python3 -m bench.intake "${ARGS[@]}" --repeat 3 --json "$OUT/intake.json" 2>"$OUT/intake.log" | tail -1
 grep "^pass" "$OUT/intake.log"
 wheel=$(ls "$OLDPWD"/.gpu/a/tools/py_spy-*.whl 2>/dev/null | head -1)
 if [ -n "$wheel" ]; then
@@ -21,7 +21,7 @@ if [ -n "$wheel" ]; then
   for mode in gil all; do
     flag=(); [ "$mode" = gil ] && flag=(--gil)
     /tmp/pyspy/bin/py-spy record "${flag[@]}" --threads -r 250 -f raw -o "$OUT/intake_$mode.txt" -- \
-      python3 bench/intake.py "${ARGS[@]}" --repeat 1 > /dev/null 2>>"$OUT/intake.log" || echo "py-spy $mode failed"
+      python3 -m bench.intake "${ARGS[@]}" --repeat 1 > /dev/null 2>>"$OUT/intake.log" || echo "py-spy $mode failed"
   done
   grep "^pass" "$OUT/intake.log" | tail -2
 fi

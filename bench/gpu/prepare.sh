@@ -36,7 +36,7 @@ mkdir -p "$WORK/dwhl"
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
   -d "$WORK/dwhl" structlog==26.1.0 pydantic-settings==2.16.3 python-dotenv==1.2.4 aiokafka==0.14.0 \
-  async-timeout==5.0.1 cramjam==2.14.0 2>&1 | grep -v "^WARNING: Location" || true
+  async-timeout==5.0.1 cramjam==2.14.0 redis==8.1.0 2>&1 | grep -v "^WARNING: Location" || true
 mkdir -p "$WORK/tools"
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --platform manylinux_2_17_x86_64 \
   --platform manylinux2014_x86_64 -d "$WORK/tools" py-spy==0.4.3 2>&1 | grep -v "^WARNING: Location" || true

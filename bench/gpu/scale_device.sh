@@ -42,7 +42,7 @@ for pass in "${passes[@]}"; do
   ts=$(date +%s); pgids=/tmp/scale/pgids_$pass; : > "$pgids"
   echo "=== PASS $pass ($spec), limit $(( left - 10 ))s, at +$(( ts - T0 ))s"
   # SIGTERM at the limit: the bench stops its daemons and broker itself (60 s), then SIGKILL.
-  setsid timeout -k 60 $(( left - 70 )) python3 bench/scale.py --workload mixed --count "$COUNT" \
+  setsid timeout -k 60 $(( left - 70 )) python3 -m bench.scale --workload mixed --count "$COUNT" \
     --docs /tmp/scale/docs --config bench/configs/h200-qwen7b-dummy.toml --pin gpu --gpus 0,1 \
     --run "$spec" --ready-timeout 400 --timeout $(( left - 120 )) --pgid-file "$pgids" \
     --json "$OUT/scale_gpu_$pass.json" > "$OUT/scale_$pass.log" 2>&1 &
@@ -58,7 +58,7 @@ for pass in "${passes[@]}"; do
 done
 if (( done_any )); then
   # shellcheck disable=SC2046
-  python3 bench/scale.py --merge $(ls "$OUT"/scale_gpu_{n1,n2,tp2,hot2}.json 2>/dev/null) \
+  python3 -m bench.scale --merge $(ls "$OUT"/scale_gpu_{n1,n2,tp2,hot2}.json 2>/dev/null) \
     --json "$OUT/scale_gpu_h200x2.json" | grep -E '"(label|docs_per_s|token_share|extra_results|unexplained)"|speedup' -A0
 fi
 echo "scale_device done at +$(( $(date +%s) - T0 ))s"

@@ -18,8 +18,11 @@ from __future__ import annotations
 
 import bisect
 import enum
+import math
 from dataclasses import dataclass, field
 from typing import Any, Final
+
+from daemon.errors import DocumentError
 
 
 class Format(enum.StrEnum):
@@ -118,6 +121,56 @@ class Extracted:
     """What the result records of the extraction besides the format (e.g. ``pages``, ``extractor``)."""
 
 
+EXPANSION_REASON: Final = "too_expanded"
+"""The reason of a document whose extracted text is over its expansion cap
+(:meth:`ExtractLimits.text_cap`)."""
+
+
+def utf8_size(text: str) -> int:
+    """The size of ``text`` as UTF-8 (a lone surrogate, which extractors may return and the daemon
+    replaces, counts its three bytes)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+
+
+@dataclass(frozen=True, slots=True)
+class TextCap:
+    """How much text one document's extraction may give: characters, and bytes as UTF-8 (the lower
+    of ``limits.max_input_bytes`` and the expansion cap for the input's size)."""
+
+    max_chars: int
+    max_bytes: int
+    input_bytes: int = 0
+    ratio: float | None = None
+    """The expansion ratio when :attr:`max_bytes` is the expansion cap; None when it is the text's
+    absolute limit (or there is none)."""
+
+    def check(self, chars: int, utf8_bytes: int, what: str) -> None:
+        """Raise :class:`DocumentError` when ``chars`` characters of ``utf8_bytes`` bytes are over
+        the cap: ``too_large`` over an absolute limit, :data:`EXPANSION_REASON` over the expansion
+        cap. ``what`` names the text ("the text extracted from this DOCX")."""
+        if chars > self.max_chars:
+            raise DocumentError(
+                "too_large",
+                f"{what} is over the limit of {self.max_chars} characters (extract.max_output_chars)",
+            )
+        if utf8_bytes <= self.max_bytes:
+            return
+        if self.ratio is None:
+            raise DocumentError(
+                "too_large",
+                f"{what} is over the limit of {self.max_bytes} bytes as UTF-8 (limits.max_input_bytes)",
+            )
+        raise DocumentError(
+            EXPANSION_REASON,
+            f"{what} is over {self.max_bytes} bytes as UTF-8, more than {self.ratio:g} times the "
+            f"input's {self.input_bytes} bytes (extract.max_expansion_ratio; text up to "
+            "extract.expansion_floor_bytes is allowed whatever the input's size)",
+        )
+
+
+NO_TEXT_CAP: Final = TextCap(max_chars=2**62, max_bytes=2**62)
+
+
 @dataclass(frozen=True, slots=True)
 class ExtractLimits:
     """What one extraction may cost; over any of them the document fails with a reason.
@@ -128,6 +181,16 @@ class ExtractLimits:
     """PDF pages (``too_large`` over it; the page count is read before any page is)."""
     max_output_chars: int = 20_000_000
     """Characters of extracted text (``too_large``): extraction can multiply a compressed input."""
+    max_text_bytes: int = 16 * 1024 * 1024
+    """Extracted text as UTF-8 (``too_large``): ``limits.max_input_bytes``, which the text must fit
+    like any input (the reader sets it from there)."""
+    max_expansion_ratio: float = 20.0
+    """Extracted text as UTF-8 over the input's bytes (:data:`EXPANSION_REASON` over it), for text
+    past :attr:`expansion_floor_bytes`: a small input must not hold the daemon's memory and engine
+    time of a large one."""
+    expansion_floor_bytes: int = 1024 * 1024
+    """Extracted text up to this many bytes is never refused for its ratio (a tiny input's ratio
+    says nothing)."""
     max_unpacked_bytes: int = 200 * 1024 * 1024
     """DOCX/ODT: the sum of the uncompressed sizes of the ZIP entries read; PDF: of its Flate streams'
     text-like output, screened before PDFium reads the file (``too_large``)."""
@@ -138,3 +201,12 @@ class ExtractLimits:
     """DOCX/ODT: entries in the archive (``malformed`` over it)."""
     max_xml_depth: int = 256
     """DOCX/ODT/HTML: element nesting (``malformed`` over it)."""
+
+    def text_cap(self, input_bytes: int) -> TextCap:
+        """What the text extracted from an input of ``input_bytes`` bytes may reach: the lower of
+        :attr:`max_text_bytes` and the expansion cap, ``max(expansion_floor_bytes,
+        max_expansion_ratio * input_bytes)``."""
+        expansion = max(self.expansion_floor_bytes, math.floor(self.max_expansion_ratio * input_bytes))
+        if expansion < self.max_text_bytes:
+            return TextCap(self.max_output_chars, expansion, input_bytes, self.max_expansion_ratio)
+        return TextCap(self.max_output_chars, self.max_text_bytes, input_bytes)

@@ -18,16 +18,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import re
 import time
+from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Final, Self
 
-from daemon.document.decode import Document, check_text, decode_document, sha256_hex
+from daemon.document.decode import Document, check_text, decode_document, max_text_bytes, sha256_hex
 from daemon.document.extract import text_layout
 from daemon.document.extract.markup import replace_each
 from daemon.document.formats import detect_format
-from daemon.document.layout import EXTRACTED_FORMATS, Extracted, ExtractLimits, Format
+from daemon.document.layout import EXTRACTED_FORMATS, Extracted, ExtractLimits, Format, utf8_size
 from daemon.document.sandbox import ExtractionPool, SandboxLimits
 from daemon.errors import DocumentError
 from daemon.ops.logging import get_logger
@@ -47,6 +49,12 @@ def clean_extracted(text: str) -> str:
     return replace_each(_STRAY_CHARACTERS, " ", text)
 
 
+Room = Callable[[int], Awaitable[None]]
+"""Told how many bytes a document being read holds from now on (:meth:`DocumentReader.read`), and
+returns once there is room for them: the service's byte budget
+(:meth:`daemon.engine.byte_budget.Holding.hold_text`)."""
+
+
 class DocumentReader:
     """Reads documents of every supported format; owns the extraction workers (``start``/``stop``)."""
 
@@ -60,8 +68,9 @@ class DocumentReader:
         """``max_input_bytes`` bounds the input and, as UTF-8, the text extracted from it; ``sandbox``
         None turns extraction off (no worker; every input is decoded as text, as before)."""
         self.max_input_bytes = max_input_bytes
+        self.extract_limits = dataclasses.replace(extract or ExtractLimits(), max_text_bytes=max_input_bytes)
         self.pool: ExtractionPool | None = (
-            ExtractionPool(sandbox, extract or ExtractLimits()) if sandbox is not None else None
+            ExtractionPool(sandbox, self.extract_limits) if sandbox is not None else None
         )
         self._pool_started = False
         self._pool_lock = asyncio.Lock()
@@ -115,24 +124,51 @@ class DocumentReader:
         source: str,
         metadata: dict[str, Any] | None = None,
         hint: str | None = None,
+        room: Room | None = None,
     ) -> Document:
-        """The checked document from ``data``, or :class:`DocumentError` with the reason."""
+        """The checked document from ``data``, or :class:`DocumentError` with the reason.
+
+        ``room`` is told how many bytes of text the document holds: before its text is built, the
+        most that text can take (:meth:`text_room`; for an extracted format once a worker is free
+        for it, so that documents waiting for a worker hold no room for text); once built, the
+        larger of the input's bytes and the text's as UTF-8. Each call may wait (for room in the
+        service's byte budget)."""
         # Off the event loop: sniffing a text's format scans up to 64 KiB of it in Python, some
         # milliseconds that, for a backlog of documents, held up everything else (bench/intake.py).
         fmt = await asyncio.to_thread(self.format_of, data, hint)
         DOCUMENT_FORMATS.labels(format=fmt.value if fmt is not None else "unknown").inc()
+        before: Callable[[], Awaitable[None]] | None = None
+        if room is not None:
+            before = functools.partial(room, self.text_room(data, fmt))
         if self.pool is not None and fmt in EXTRACTED_FORMATS:
-            extracted = await self._extract(data, fmt)
-            return self._extracted_document(data, extracted, doc_id, source, metadata)
-        return await asyncio.to_thread(
-            self._text_document, data, fmt or Format.TEXT, doc_id, source, metadata
-        )
+            extracted = await self._extract(data, fmt, before)
+            document, text_bytes = self._extracted_document(data, extracted, doc_id, source, metadata)
+        else:
+            if before is not None:
+                await before()
+            document, text_bytes = await asyncio.to_thread(
+                self._text_document, data, fmt or Format.TEXT, doc_id, source, metadata
+            )
+        if room is not None:
+            await room(max(len(data), text_bytes))
+        return document
 
-    async def _extract(self, data: bytes, fmt: Format) -> Extracted:
+    def text_room(self, data: bytes, fmt: Format | None) -> int:
+        """The most bytes the text read from ``data`` as ``fmt`` can take as UTF-8 (never fewer than
+        ``data``'s): what it may hold in the main process, counted before it is built. Extracted
+        text (PDF, DOCX, ODT, HTML) is capped per input by its size
+        (:meth:`~daemon.document.layout.ExtractLimits.text_cap`); decoded text by its encoding."""
+        if self.pool is not None and fmt in EXTRACTED_FORMATS:
+            return max(len(data), self.extract_limits.text_cap(len(data)).max_bytes)
+        return max(len(data), max_text_bytes(data))
+
+    async def _extract(
+        self, data: bytes, fmt: Format, before: Callable[[], Awaitable[None]] | None
+    ) -> Extracted:
         started = time.monotonic()
         try:
             pool = await self._started_pool()
-            extracted = await pool.extract(data, fmt)
+            extracted = await pool.extract(data, fmt, before=before)
         except DocumentError as error:
             EXTRACTIONS.labels(format=fmt.value, outcome=error.reason).inc()
             raise
@@ -145,26 +181,24 @@ class DocumentReader:
 
     def _text_document(
         self, data: bytes, fmt: Format, doc_id: str, source: str, metadata: dict[str, Any] | None
-    ) -> Document:
+    ) -> tuple[Document, int]:
         document = decode_document(
             data, doc_id=doc_id, source=source, max_input_bytes=self.max_input_bytes, metadata=metadata
         )
-        return dataclasses.replace(document, format=fmt, layout=text_layout(document.text, fmt))
+        document = dataclasses.replace(document, format=fmt, layout=text_layout(document.text, fmt))
+        # UTF-8 input: its text is no larger than its bytes; only other encodings are measured.
+        return document, len(data) if document.encoding == "utf-8" else utf8_size(document.text)
 
     def _extracted_document(
         self, data: bytes, extracted: Extracted, doc_id: str, source: str, metadata: dict[str, Any] | None
-    ) -> Document:
+    ) -> tuple[Document, int]:
         what = f"the text extracted from this {extracted.format.value.upper()}"
         text = clean_extracted(extracted.text)
         if not text.strip():
             raise DocumentError("no_text", f"{what} is empty: no text layer (a scan?) or no text at all")
-        text_bytes = len(text.encode("utf-8"))
-        if text_bytes > self.max_input_bytes:
-            raise DocumentError(
-                "too_large",
-                f"{what} is {text_bytes} bytes as UTF-8, over the limit of {self.max_input_bytes} "
-                "bytes (limits.max_input_bytes)",
-            )
+        # The worker stopped at this cap already; checked again here, since its reply is not trusted.
+        text_bytes = utf8_size(text)
+        self.extract_limits.text_cap(len(data)).check(len(text), text_bytes, what)
         check_text(text)
         return Document(
             id=doc_id,
@@ -177,4 +211,4 @@ class DocumentReader:
             format=extracted.format,
             layout=extracted.layout,
             extraction=dict(extracted.details),
-        )
+        ), text_bytes

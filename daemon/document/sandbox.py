@@ -33,12 +33,12 @@ import re
 import signal
 import sys
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
 from daemon.document import worker as protocol
 from daemon.document.extract.markup import MAX_HEADINGS, MAX_TITLE_CHARS
-from daemon.document.layout import Extracted, ExtractLimits, Format, Heading, Layout
+from daemon.document.layout import EXPANSION_REASON, Extracted, ExtractLimits, Format, Heading, Layout
 from daemon.errors import DocumentError, Reason
 from daemon.lifecycle import Lifecycle
 from daemon.ops.logging import get_logger
@@ -82,7 +82,7 @@ MAX_READY_BYTES: Final = 64 * 1024
 STREAM_LIMIT: Final = 1024 * 1024
 
 WORKER_REASONS: Final[frozenset[Reason]] = frozenset(
-    {"encrypted", "malformed", "too_large", "no_text", "binary", "internal_error"}
+    {"encrypted", "malformed", "too_large", EXPANSION_REASON, "no_text", "binary", "internal_error"}
 )
 """The reasons an ``error`` reply may carry: those the extractors raise
 (:mod:`daemon.document.extract`) and ``internal_error``. Another is the worker misbehaving."""
@@ -630,8 +630,12 @@ class ExtractionPool(Lifecycle):
 
     # -- extraction -------------------------------------------------------------------------------
 
-    async def extract(self, data: bytes, fmt: Format) -> Extracted:
-        """The text and layout of ``data`` read as ``fmt``, extracted in a worker under the limits.
+    async def extract(
+        self, data: bytes, fmt: Format, *, before: Callable[[], Awaitable[None]] | None = None
+    ) -> Extracted:
+        """The text and layout of ``data`` read as ``fmt``, extracted in a worker under the limits;
+        ``before`` is awaited once a worker is free for it, before the worker gets it (the service
+        waits there for room for the text to come; the wall-clock limit starts after it).
 
         Raises :class:`DocumentError`: the extractor's own (``malformed``, ``encrypted``, ...),
         ``internal_error`` for any other exception in the worker, ``extract_failed`` when the worker
@@ -642,6 +646,12 @@ class ExtractionPool(Lifecycle):
             raise SandboxError("the extraction pool is not running")
         header = protocol.encode_request(data, fmt, self._limits_json)
         worker = await self._acquire()
+        if before is not None:
+            try:
+                await before()
+            except BaseException:
+                self._release(worker)  # untouched: the next document may have it
+                raise
         try:
             payload = await self._exchange(worker, header, data)
             answer = await self._parse(payload)

@@ -6,8 +6,9 @@ long as the pool keeps it (at most ``--max-tasks`` documents), and exits at end 
 
 **Hardening**, all before the first byte of input is read (:func:`harden`):
 
-* it dies with the daemon (``PR_SET_PDEATHSIG``: SIGKILL), and exits at once if the daemon is
-  already gone; it runs in a session of its own, so a Ctrl-C at a terminal is the daemon's alone;
+* it dies with the daemon (``PR_SET_PDEATHSIG``: SIGKILL, :mod:`daemon.parent_death`), and exits at
+  once if the daemon is already gone; it runs in a session of its own, so a Ctrl-C at a terminal is
+  the daemon's alone;
 * resource limits: ``RLIMIT_AS`` (``--memory-bytes``: an allocation beyond it fails, and a
   :class:`MemoryError` ends the worker with :data:`EXIT_MEMORY`), ``RLIMIT_CORE`` 0 (a crash
   leaves no core dump of a hostile file's contents), ``RLIMIT_FSIZE`` 0 (it never writes a file;
@@ -42,15 +43,14 @@ A :class:`~daemon.errors.DocumentError` from the target becomes an ``error`` rep
 and message; any other exception an ``internal_error`` reply (its repr), and the worker goes on. A
 :class:`MemoryError` ends it with :data:`EXIT_MEMORY` (its heap is not worth keeping).
 
-This module imports only the standard library and :mod:`daemon.document.layout` /
-:mod:`daemon.errors` at import time: the pool imports it for the protocol's constants.
+This module imports only the standard library, :mod:`daemon.document.layout`, :mod:`daemon.errors`
+and :mod:`daemon.parent_death` at import time: the pool imports it for the protocol's constants.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
-import ctypes
 import dataclasses
 import faulthandler
 import importlib
@@ -65,6 +65,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO, Final
 
+from daemon import parent_death
 from daemon.document.layout import Extracted, ExtractLimits, Format
 from daemon.errors import DocumentError
 
@@ -85,7 +86,7 @@ EXIT_MEMORY: Final = 86
 """The worker ran out of memory (RLIMIT_AS) on a document."""
 EXIT_PROTOCOL: Final = 87
 """The pool sent something that is not a request (or the input ended inside one)."""
-EXIT_PARENT_GONE: Final = 88
+EXIT_PARENT_GONE: Final = parent_death.EXIT_PARENT_GONE
 """The process that started the worker was gone before it could arrange to die with it."""
 
 DEFAULT_OPEN_FILES: Final = 32
@@ -95,9 +96,6 @@ pypdfium2 and pdfminer imported and PDFs, DOCX and HTML extracted). Room to spar
 that opens one or two files (fonts, locale data)."""
 CPU_LIFETIME_SLACK_SECONDS: Final = 10
 """The hard CPU limit is the start-up's CPU plus every document's limit plus this."""
-
-_PR_SET_PDEATHSIG: Final = 1
-_PR_SET_NO_NEW_PRIVS: Final = 38
 
 Target = Callable[[bytes, Format, ExtractLimits], Extracted]
 
@@ -206,37 +204,21 @@ class HardeningError(Exception):
     """The worker cannot put itself in its sandbox (it then refuses to start)."""
 
 
-def _prctl() -> Callable[..., int] | None:
-    """libc's ``prctl``, or None where there is none (not Linux)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    # The interpreter's own symbols include libc's (find_library would run ldconfig in a process).
-    libc = ctypes.CDLL(None, use_errno=True)
-    function: Callable[..., int] | None = getattr(libc, "prctl", None)
-    return function
-
-
-def _call_prctl(prctl: Callable[..., int], option: int, value: int, what: str) -> None:
-    if prctl(option, ctypes.c_ulong(value), ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0)) != 0:
-        error = ctypes.get_errno()
-        raise HardeningError(f"prctl({what}) failed: {os.strerror(error)}")
-
-
 def die_with_parent(parent_pid: int | None) -> None:
     """SIGKILL when the process that started this one is gone; exit now if it already is (it died
     between the fork and this call, which PR_SET_PDEATHSIG would never see)."""
-    prctl = _prctl()
-    if prctl is not None:
-        _call_prctl(prctl, _PR_SET_PDEATHSIG, signal.SIGKILL, "PR_SET_PDEATHSIG")
-    if parent_pid is not None and os.getppid() != parent_pid:
-        os._exit(EXIT_PARENT_GONE)
+    try:
+        parent_death.die_with_parent(parent_pid)
+    except OSError as exc:
+        raise HardeningError(f"prctl(PR_SET_PDEATHSIG) failed: {exc.strerror}") from exc
 
 
 def no_new_privileges() -> None:
     """``PR_SET_NO_NEW_PRIVS`` (Linux only; systemd's ``NoNewPrivileges=yes`` sets it already)."""
-    prctl = _prctl()
-    if prctl is not None:
-        _call_prctl(prctl, _PR_SET_NO_NEW_PRIVS, 1, "PR_SET_NO_NEW_PRIVS")
+    try:
+        parent_death.prctl(parent_death.PR_SET_NO_NEW_PRIVS, 1)
+    except OSError as exc:
+        raise HardeningError(f"prctl(PR_SET_NO_NEW_PRIVS) failed: {exc.strerror}") from exc
 
 
 def _limit(which: int, name: str, value: int, hard: int | None = None) -> None:

@@ -205,6 +205,12 @@ class AdmissionControl(ABC):
         """Light requests in the engine that are not combine steps: what makes a wave."""
         self._sequence = itertools.count()
 
+    def resize(self, limits: AdmissionLimits) -> None:
+        """Work under ``limits`` from now on (a fleet of servers grew or shrank): requests already
+        admitted stay; waiting ones are admitted under the new limits."""
+        self.limits = limits
+        self._room_freed()
+
     @property
     def max_requests(self) -> int:
         """Requests in the engine at most."""
@@ -529,9 +535,13 @@ def admission_for(
 
 
 def admission_limits(
-    settings: AdmissionConfig, engine: EngineConfig, *, kv_cache_tokens: int | None
+    settings: AdmissionConfig, engine: EngineConfig, *, kv_cache_tokens: int | None, engines: int = 1
 ) -> AdmissionLimits:
     """The configured limits, with every unset one derived from the engine's own settings.
+
+    ``engines``: how many engines of these settings serve the requests (the servers of the remote
+    mode): the per-engine defaults below (requests, prefill queues, waves) are that many times larger;
+    ``kv_cache_tokens`` is then theirs together.
 
     * tokens: what the KV cache holds (``kv_cache_tokens``, known once the engine runs; beyond that
       requests would only queue inside vLLM, in its order instead of ours), at least
@@ -544,18 +554,21 @@ def admission_limits(
     * light requests overtake heavy prefill where the engine schedules by priority.
     """
     step = engine.max_num_batched_tokens
-    max_tokens = settings.max_inflight_tokens or max(kv_cache_tokens or 32 * step, engine.max_model_len)
+    engines = max(1, engines)
+    max_tokens = settings.max_inflight_tokens or max(
+        kv_cache_tokens or 32 * step * engines, engine.max_model_len
+    )
     return AdmissionLimits(
-        max_requests=settings.max_inflight_requests or engine.max_num_seqs,
+        max_requests=settings.max_inflight_requests or engine.max_num_seqs * engines,
         max_tokens=max_tokens,
         light_prompt_tokens=settings.light_prompt_tokens
         if settings.light_prompt_tokens is not None
         else step // 8,
-        prefill_tokens=settings.prefill_queue_tokens or _PREFILL_QUEUE_STEPS * step,
-        heavy_beside_light_tokens=step
+        prefill_tokens=settings.prefill_queue_tokens or _PREFILL_QUEUE_STEPS * step * engines,
+        heavy_beside_light_tokens=step * engines
         if settings.heavy_queue_beside_light_tokens is None
         else settings.heavy_queue_beside_light_tokens or UNBOUNDED,
-        wave_min_requests=settings.wave_min_requests or max(1, engine.max_num_seqs // 4),
+        wave_min_requests=settings.wave_min_requests or max(1, engine.max_num_seqs * engines // 4),
         wave_max_requests=settings.wave_max_requests,
         aging_seconds=settings.aging_seconds,
         stage_lead_seconds=settings.stage_lead_seconds,
@@ -564,10 +577,11 @@ def admission_limits(
 
 
 def admission_for_engine(
-    settings: AdmissionConfig, engine: EngineConfig, *, kv_cache_tokens: int | None
+    settings: AdmissionConfig, engine: EngineConfig, *, kv_cache_tokens: int | None, engines: int = 1
 ) -> AdmissionControl:
-    """Admission with the configured limits, or limits derived from the running engine."""
-    limits = admission_limits(settings, engine, kv_cache_tokens=kv_cache_tokens)
+    """Admission with the configured limits, or limits derived from the running engine (or
+    ``engines`` of them: :func:`admission_limits`)."""
+    limits = admission_limits(settings, engine, kv_cache_tokens=kv_cache_tokens, engines=engines)
     admission = admission_for(settings, limits)
     log.info(
         "admission",
@@ -583,5 +597,6 @@ def admission_for_engine(
         aging_s=limits.aging_seconds,
         stage_lead_s=limits.stage_lead_seconds,
         light_overtakes=limits.light_overtakes,
+        engines=engines,
     )
     return admission

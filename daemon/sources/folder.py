@@ -169,6 +169,7 @@ class FolderSource(Lifecycle):
         self._waiting: deque[Claim] = deque()  # claimed, not yet handed out (left by an earlier run)
         self._claims: set[Claim] = set()  # claimed and not yet settled (includes _waiting)
         self._wakeup = asyncio.Event()
+        self._intake_paused = False  # the service's: the engine serves nothing now, claim nothing
         self._watcher: asyncio.Task[None] | None = None
         self._stop_watching = asyncio.Event()
         self._last_scan = 0.0
@@ -261,11 +262,23 @@ class FolderSource(Lifecycle):
             if self._waiting:
                 yield self._work_item(self._waiting.popleft())
                 continue
+            if self._intake_paused:
+                await self._pause(self._next_check_in())
+                continue
             names = await self._next_ready_batch(CLAIM_BATCH)
             if names:
                 self._waiting.extend(await self._claim_all(names))
                 continue
             await self._pause(self._next_check_in())
+
+    def pause_intake(self) -> None:
+        """Claim no new file until :meth:`resume_intake` (files stay in the inbox; see PausableSource)."""
+        self._intake_paused = True
+
+    def resume_intake(self) -> None:
+        """Claim files again."""
+        self._intake_paused = False
+        self._wakeup.set()
 
     async def _pause(self, seconds: float) -> None:
         """Wait for a wake-up (a file event, an adopted claim, a stop) or ``seconds``."""

@@ -151,6 +151,7 @@ class ContextBudget:
         profile_key: str | None = None,
         summary_key: str = "summary.max_summary_tokens",
         output_hint: str | None = None,
+        cache_block_tokens: int | None = None,
     ) -> ContextBudget:
         """The budget of ``summary`` in a context of ``context_tokens`` with ``tokenizer``'s prompts
         worded by ``instructions``.
@@ -160,10 +161,14 @@ class ContextBudget:
         (``profiles.NAME``), when given, starts the message.
 
         ``output_hint``: a structured profile's schema hint; its final steps are then checked in
-        the ``json`` style (the hint, after the text, takes room too).
+        the ``json`` style (the hint, after the text, takes room too). ``cache_block_tokens``: the
+        engine's KV block size, to which prompt prefixes are padded where that pays (the padding
+        takes room too).
         """
         try:
-            prompts = PromptBuilder(tokenizer, instructions, output_hint)
+            prompts = PromptBuilder(
+                tokenizer, instructions, output_hint, cache_block_tokens=cache_block_tokens
+            )
             final_style: PromptStyle = summary.style if output_hint is None else "json"
             return cls._create(summary, context_tokens, prompts, summary_key, final_style)
         except ConfigError as exc:

@@ -387,8 +387,11 @@ def source_profiles(config: Config) -> dict[str, str]:
 # -- with the tokenizer ----------------------------------------------------------------------------
 
 
-def build_profile(spec: ProfileSpec, context_tokens: int, tokenizer: ChatTokenizer) -> Profile:
-    """Complete one profile with its context budget. Raises :class:`~daemon.errors.ConfigError`
+def build_profile(
+    spec: ProfileSpec, context_tokens: int, tokenizer: ChatTokenizer, *, cache_block_tokens: int | None = None
+) -> Profile:
+    """Complete one profile with its context budget (its prompt prefixes padded to the engine's KV
+    blocks of ``cache_block_tokens`` where that pays). Raises :class:`~daemon.errors.ConfigError`
     naming ``profiles.NAME`` if its budget cannot work."""
     budget = ContextBudget.create(
         spec.summary,
@@ -398,6 +401,7 @@ def build_profile(spec: ProfileSpec, context_tokens: int, tokenizer: ChatTokeniz
         profile_key=f"profiles.{spec.name}",
         summary_key=spec.summary_key,
         output_hint=spec.output.hint,
+        cache_block_tokens=cache_block_tokens,
     )
     return Profile(
         name=spec.name,
@@ -410,13 +414,19 @@ def build_profile(spec: ProfileSpec, context_tokens: int, tokenizer: ChatTokeniz
     )
 
 
-def build_profiles(config: Config, tokenizer: ChatTokenizer) -> Profiles:
+def build_profiles(
+    config: Config, tokenizer: ChatTokenizer, *, cache_block_tokens: int | None = None
+) -> Profiles:
     """Every profile of ``config`` (:func:`resolve_profiles`, with its checks) with the served model's
-    ``tokenizer`` (from :func:`daemon.engine.vllm_engine.load_tokenizer`). Raises
+    ``tokenizer`` (from :func:`daemon.engine.model_files.load_tokenizer`). Raises
     :class:`~daemon.errors.ConfigError` naming the profile and the key to change if the budget of one
-    cannot work; call it before the engine starts."""
+    cannot work; call it before the engine starts, and again with the engine's KV block size
+    (``cache_block_tokens``) once it runs, so that prompt prefixes fill whole blocks."""
     context_tokens = config.engine.max_model_len
-    profiles = [build_profile(spec, context_tokens, tokenizer) for spec in resolve_profiles(config)]
+    profiles = [
+        build_profile(spec, context_tokens, tokenizer, cache_block_tokens=cache_block_tokens)
+        for spec in resolve_profiles(config)
+    ]
     return Profiles(profiles, config.summary.profile)
 
 

@@ -11,6 +11,12 @@ identical and their KV cache blocks are computed once. Three kinds of request sh
 Per-request wording (the length and style asked for) comes *after* the text, so the prefix of a
 kind stays the same whatever a document's options are.
 
+vLLM's prefix cache reuses whole KV blocks only (16 tokens on GPUs up to vLLM 0.32, 64 from 0.34,
+128 on the CPU build): the part of the shared prefix after its last whole block is computed again by
+every request. Where the engine's block size is known, the prefix is padded with newline tokens (the
+document then starts after blank lines) up to its next block boundary, but only when that costs fewer
+tokens of the request's room than it saves from being computed again (:func:`prefix_padding`).
+
 ``PROMPT_VERSION`` goes into every result: change it whenever the layout or the built-in wording
 (style and length hints, :data:`DEFAULT_INSTRUCTIONS`) changes, so summaries made under different
 prompts can be told apart. A profile's own wording is versioned by its hash
@@ -26,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Final, Protocol
 if TYPE_CHECKING:  # only a type here
     from daemon.typing import PromptStyle
 
-PROMPT_VERSION: Final = "summary-v4"
+PROMPT_VERSION: Final = "summary-v5"
 
 SYSTEM_INSTRUCTION: Final = (
     "You are a careful analyst who summarizes long documents: contracts, legal texts, scientific papers "
@@ -170,13 +176,27 @@ def build_template(
     return PromptTemplate(prefix=prefix, suffix=suffix)
 
 
+def prefix_padding(prefix_tokens: int, block_tokens: int | None) -> int:
+    """Padding tokens that make a shared prefix of ``prefix_tokens`` end on a KV block boundary, or 0.
+
+    Without padding the prefix's last ``prefix_tokens % block`` tokens are computed again by every
+    request; padding takes ``block - that`` tokens of each request's room instead. It is worth it only
+    when it costs fewer tokens than it saves: at 128-token blocks, a 97-token prefix is padded by 31
+    (97 tokens reused instead of none), a 129-token one is not (127 tokens to save 1)."""
+    if not block_tokens or block_tokens <= 1:
+        return 0
+    tail = prefix_tokens % block_tokens
+    pad = block_tokens - tail
+    return pad if tail > 0 and pad < tail else 0
+
+
 class PromptBuilder:
     """One profile's prompts as token ids: the template's prefix and suffix tokenized once per kind,
     style and length.
 
     Tokenizing the prefix once keeps its ids identical across requests, which is what vLLM's prefix
     cache matches on, and it makes budgets exact: ``len(prefix) + len(body) + len(suffix)`` is the
-    prompt size vLLM sees.
+    prompt size vLLM sees (padding included, :func:`prefix_padding`).
     """
 
     def __init__(
@@ -184,12 +204,16 @@ class PromptBuilder:
         tokenizer: ChatTokenizer,
         instructions: Instructions = DEFAULT_INSTRUCTIONS,
         output_hint: str | None = None,
+        *,
+        cache_block_tokens: int | None = None,
     ) -> None:
         """``output_hint``: what a request in the ``json`` style asks for after the text (a structured
-        profile's schema, :mod:`daemon.summary.structured`)."""
+        profile's schema, :mod:`daemon.summary.structured`). ``cache_block_tokens``: the engine's KV
+        block size, where known: shared prefixes are padded to it where that pays."""
         self._tokenizer = tokenizer
         self.instructions = instructions
         self.output_hint = output_hint
+        self.cache_block_tokens = cache_block_tokens
         self._cache: dict[tuple[PromptKind, PromptStyle, int], tuple[list[int], list[int]]] = {}
 
     def template_ids(
@@ -207,12 +231,22 @@ class PromptBuilder:
                 instructions=self.instructions,
                 output_hint=self.output_hint,
             )
+            prefix = self._tokenizer.encode(template.prefix, add_special_tokens=False)
             cached = (
-                self._tokenizer.encode(template.prefix, add_special_tokens=False),
+                [*prefix, *self._padding(len(prefix))],
                 self._tokenizer.encode(template.suffix, add_special_tokens=False),
             )
             self._cache[key] = cached
         return cached
+
+    def _padding(self, prefix_tokens: int) -> list[int]:
+        """The newline tokens that align a prefix of ``prefix_tokens`` (none where the newline is not
+        one token of this tokenizer, or where padding does not pay)."""
+        count = prefix_padding(prefix_tokens, self.cache_block_tokens)
+        if not count:
+            return []
+        newline = self._tokenizer.encode("\n", add_special_tokens=False)
+        return newline * count if len(newline) == 1 else []
 
     def overhead(self, kind: PromptKind, *, style: PromptStyle, max_tokens: int) -> int:
         """Tokens the template itself takes in a prompt of this kind."""

@@ -37,6 +37,7 @@ from daemon.document.decode import Document
 from daemon.document.layout import Layout
 from daemon.engine.admission import AdmissionControl
 from daemon.errors import DocumentError, RequestError
+from daemon.ops import pending, tracing
 from daemon.ops.metrics import ENGINE_REQUESTS, observe_grounding, observe_structured
 from daemon.records import OUTPUT_BYTES, Summary, clip_text, request_id
 from daemon.summary.checking import CheckResult, check_result, chunk_parts, passages, read_text
@@ -204,10 +205,12 @@ class _DocumentRun:
             )
             self.final_tokens += generation.output_tokens
             try:
-                if output.schema is None:
-                    accepted = output.accept(generation, tidy)
-                else:  # validation is bounded (MAX_SCHEMA_CHECKS), not cheap: off the event loop
-                    accepted = await asyncio.to_thread(output.accept, generation, tidy)
+                with tracing.span("validate"):
+                    tracing.annotate({"docsumd.attempt": attempt})
+                    if output.schema is None:
+                        accepted = output.accept(generation, tidy)
+                    else:  # validation is bounded (MAX_SCHEMA_CHECKS), not cheap: off the event loop
+                        accepted = await asyncio.to_thread(output.accept, generation, tidy)
             except InvalidOutput as exc:
                 problems.append(str(exc))
                 continue
@@ -244,12 +247,53 @@ class _DocumentRun:
         """One request: ``body_ids`` in the ``kind`` template, at most ``max_tokens`` out, sampled as the
         profile's requests are unless ``sampling`` is given; ``urgent`` and ``follow_up`` are
         admission's (:meth:`~daemon.engine.admission.AdmissionControl.slot`)."""
-        summarizer, profile = self._summarizer, self._profile
+        profile = self._profile
         prompt_ids = profile.prompts.build(kind, body_ids, style=style, max_tokens=max_tokens)
         if not profile.budget.fits(len(prompt_ids), max_tokens):  # a bug, never the document's fault
             raise AssertionError(f"{kind} prompt of {len(prompt_ids)} tokens does not fit the context")
         self.requests += 1
         engine_request_id = request_id(self._document.id, kind.value, self.requests)
+        with tracing.span(f"request {kind.value}"), pending.counted(len(prompt_ids)):
+            if tracing.enabled():
+                tracing.annotate(
+                    _request_attributes(
+                        engine_request_id, kind, len(prompt_ids), max_tokens=max_tokens, urgent=urgent
+                    )
+                )
+            generation = await self._run(
+                engine_request_id,
+                kind,
+                prompt_ids,
+                max_tokens=max_tokens,
+                urgent=urgent,
+                follow_up=follow_up,
+                sampling=sampling,
+            )
+            if tracing.enabled():
+                tracing.annotate(_generation_attributes(generation))
+        self.prompt_tokens += generation.prompt_tokens
+        self.generated_tokens += generation.output_tokens
+        self.cached_prompt_tokens += generation.cached_prompt_tokens
+        if self.first_token_s is None and generation.first_token_s is not None:
+            self.first_token_s = (
+                time.monotonic() - self.started - generation.total_s + generation.first_token_s
+            )
+        return generation
+
+    async def _run(
+        self,
+        engine_request_id: str,
+        kind: PromptKind,
+        prompt_ids: list[int],
+        *,
+        max_tokens: int,
+        urgent: bool,
+        follow_up: bool,
+        sampling: Sampling | None,
+    ) -> Generation:
+        """One request through the document's fan-out and admission, then the engine."""
+        summarizer, profile = self._summarizer, self._profile
+        waited_from = time.monotonic()
         async with (
             self._fan_out,
             summarizer.admission.slot(
@@ -260,25 +304,27 @@ class _DocumentRun:
                 follow_up=follow_up,
             ) as slot,
         ):
+            if tracing.enabled():
+                light = summarizer.admission.is_light(len(prompt_ids))
+                tracing.annotate(
+                    {
+                        "docsumd.admission.class": "light" if light else "heavy",
+                        "docsumd.admission.wait_s": time.monotonic() - waited_from,
+                        "docsumd.priority": slot.priority,
+                    }
+                )
+                tracing.event("admitted")
             ENGINE_REQUESTS.labels(kind=kind.value).inc()
             try:
-                generation = await summarizer.engine.generate(
+                return await summarizer.engine.generate(
                     prompt_ids,
                     sampling or profile.sampling(max_tokens),
                     engine_request_id,
-                    on_prefilled=slot.prefill_done,
+                    on_prefilled=tracing.on_this_span(slot.prefill_done, "prefilled"),
                     priority=slot.priority,
                 )
             except RequestError as exc:
-                raise DocumentError("engine_error", f"the engine failed on this document: {exc}") from exc
-        self.prompt_tokens += generation.prompt_tokens
-        self.generated_tokens += generation.output_tokens
-        self.cached_prompt_tokens += generation.cached_prompt_tokens
-        if self.first_token_s is None and generation.first_token_s is not None:
-            self.first_token_s = (
-                time.monotonic() - self.started - generation.total_s + generation.first_token_s
-            )
-        return generation
+                raise DocumentError(exc.reason, f"the engine failed on this document: {exc}") from exc
 
     def summary(
         self,
@@ -396,7 +442,11 @@ class Summarizer:
         room = plan.profile.budget.room(PromptKind.DOCUMENT, plan.style, plan.max_tokens)
         # Tokenizing a long document takes a while (about 0.6 s per MB): keep it off the event loop.
         # Only a document that does not fit one request is cut, so only its offsets are read.
-        tokens = await asyncio.to_thread(tokenize_text, self.tokenizer, document.text, offsets_beyond=room)
+        with tracing.span("tokenize"):
+            tokens = await asyncio.to_thread(
+                tokenize_text, self.tokenizer, document.text, offsets_beyond=room
+            )
+        pending.tokenized(len(tokens))
         run = _DocumentRun(
             self, document, plan.profile, time.monotonic() if arrived_at is None else arrived_at
         )
@@ -459,15 +509,16 @@ class Summarizer:
         part_tokens = budget.part_summary_tokens
         # max_chunks: a document whose token count alone needs too many parts is refused before
         # its cut points are computed (a long run of one character made that costly).
-        chunks = await asyncio.to_thread(
-            functools.partial(
-                split_into_chunks,
-                tokens,
-                budget.part_input_tokens,
-                budget.overlap_tokens,
-                max_chunks=self.config.max_parts,
+        with tracing.span("split"):
+            chunks = await asyncio.to_thread(
+                functools.partial(
+                    split_into_chunks,
+                    tokens,
+                    budget.part_input_tokens,
+                    budget.overlap_tokens,
+                    max_chunks=self.config.max_parts,
+                )
             )
-        )
         if len(chunks) > self.config.max_parts:
             raise DocumentError(
                 "too_long",
@@ -572,6 +623,34 @@ def _combined(steps: list[Step], sizes: list[int], generations: list[Generation]
         combined.append(Step(tidy(generation.text), tuple(steps[at : at + size])))
         at += size
     return combined
+
+
+def _request_attributes(
+    engine_request_id: str, kind: PromptKind, prompt_tokens: int, *, max_tokens: int, urgent: bool
+) -> dict[str, Any]:
+    """What a request's span records before it runs: its id, kind and size."""
+    return {
+        "docsumd.request.id": engine_request_id,
+        "docsumd.request.kind": kind.value,
+        "docsumd.request.prompt_tokens": prompt_tokens,
+        "gen_ai.request.max_tokens": max_tokens,
+        "docsumd.admission.urgent": urgent,
+    }
+
+
+def _generation_attributes(generation: Generation) -> dict[str, Any]:
+    """What a request's span records of its outcome."""
+    attributes: dict[str, Any] = {
+        "gen_ai.usage.input_tokens": generation.prompt_tokens,
+        "gen_ai.usage.output_tokens": generation.output_tokens,
+        "docsumd.cached_prompt_tokens": generation.cached_prompt_tokens,
+        "docsumd.engine_s": generation.total_s,
+    }
+    if generation.finish_reason is not None:
+        attributes["gen_ai.response.finish_reasons"] = (generation.finish_reason,)
+    if generation.first_token_s is not None:
+        attributes["docsumd.first_token_s"] = generation.first_token_s
+    return attributes
 
 
 _WHERE_CHARS: Final = 120

@@ -279,3 +279,8 @@ def scripted(data: bytes, fmt: Format, limits: ExtractLimits) -> Extracted:
     """The behaviour :data:`SCRIPT` names in the first word of ``data``, given the rest."""
     name, _, rest = data.partition(b" ")
     return SCRIPT[name.decode()](rest, fmt, limits)
+
+
+def ignores_caps(data: bytes, fmt: Format, limits: ExtractLimits) -> Extracted:
+    """``int(data)`` letters of text, whatever the limits say (a worker that does not stop at them)."""
+    return Extracted(text="A" * int(data.split()[-1]), format=fmt)

@@ -3,12 +3,14 @@ model and the corpus are in tests/conftest.py)."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import DaemonProcess, Layout, free_port
+from tests.e2e.harness import DaemonProcess, Layout, free_port, wait_for
 
 
 @pytest.fixture
@@ -37,3 +39,34 @@ def start_daemon(layout: Layout) -> Iterator[Callable[..., DaemonProcess]]:
         if leftovers:
             daemon.kill_group()
             pytest.fail(f"processes left behind by the daemon: {leftovers}")
+
+
+def _group_empty(daemon: DaemonProcess) -> bool:
+    return not daemon.group_processes()
+
+
+@pytest.fixture
+def daemons(tiny_model: Path) -> Iterator[Callable[[Layout], DaemonProcess]]:
+    """Start daemons on layouts of the test's choosing; every one still alive at teardown is killed
+    with its group (as the ``start_daemon`` fixture does for the ``layout`` fixture)."""
+    started: list[DaemonProcess] = []
+
+    def start(layout: Layout) -> DaemonProcess:
+        daemon = DaemonProcess(layout, layout.root / f"daemon-{len(started)}.log").start()
+        started.append(daemon)
+        return daemon
+
+    yield start
+    leftovers = []
+    for daemon in started:
+        if daemon.proc is not None and daemon.proc.poll() is None:
+            daemon.kill_group()
+        # After a clean exit vLLM's resource tracker may outlive the daemon by a moment.
+        with contextlib.suppress(AssertionError):
+            wait_for(functools.partial(_group_empty, daemon), 15, "the daemon's group to be empty")
+        remaining = daemon.group_processes()
+        if remaining:
+            daemon.kill_group()
+            leftovers += remaining
+    if leftovers:
+        pytest.fail(f"processes left behind by a daemon: {leftovers}")

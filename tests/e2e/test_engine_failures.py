@@ -1,6 +1,8 @@
 """The engine wrapper and the fatal path, with the real vLLM engine.
 
 * a cancelled document aborts its vLLM request (nothing keeps running in the engine);
+* requests vLLM's own admission refuses (``max_num_queued_reqs``: a real ``QueueOverflowError``, a
+  503-type error raised in-process) are sent again until they run, never failed (same engine start);
 * an engine that dies makes the daemon exit non-zero, leaving unfinished inputs unacknowledged.
 """
 
@@ -18,6 +20,7 @@ import pytest
 from daemon.config import EngineConfig, SummaryConfig
 from daemon.engine.vllm_engine import Engine
 from daemon.errors import EngineDeadError
+from daemon.ops.metrics import ENGINE_REJECTIONS
 from daemon.summary.profiles import summary_sampling
 from tests.e2e.harness import DaemonProcess, Layout, drop_file, wait_for
 
@@ -29,8 +32,22 @@ def test_cancel_aborts_the_vllm_request(tiny_model: Path, monkeypatch: pytest.Mo
     monkeypatch.setenv("TMPDIR", tempfile.mkdtemp(prefix="docsumd-e2e-"))
     monkeypatch.setenv("VLLM_HOST_IP", "127.0.0.1")
     config = EngineConfig(
-        model=str(tiny_model), max_model_len=2048, kv_cache_memory_bytes=256 << 20, enforce_eager=True
+        model=str(tiny_model),
+        max_model_len=2048,
+        kv_cache_memory_bytes=256 << 20,
+        enforce_eager=True,
+        # vLLM's own admission (0.29 on): more unfinished requests than this are refused with a 503.
+        extra={"max_num_queued_reqs": 2},
     )
+
+    async def refused_requests_are_retried(engine: Engine) -> None:
+        rejections = ENGINE_REJECTIONS._value.get()
+        sampling = summary_sampling(SummaryConfig(max_summary_tokens=24))
+        outputs = await asyncio.gather(
+            *(engine.generate(list(range(100, 400)), sampling, f"crowd-{i}") for i in range(8))
+        )
+        assert all(output.finish_reason in {"length", "stop"} for output in outputs)
+        assert ENGINE_REJECTIONS._value.get() > rejections  # vLLM did refuse some: they ran later
 
     async def scenario() -> tuple[int, int, str]:
         async with Engine(config) as engine:
@@ -48,6 +65,7 @@ def test_cancel_aborts_the_vllm_request(tiny_model: Path, monkeypatch: pytest.Mo
             short = await engine.generate(
                 list(range(100, 200)), summary_sampling(SummaryConfig(max_summary_tokens=16)), "after"
             )
+            await refused_requests_are_retried(engine)
             return running, left, short.finish_reason or ""
 
     running, left, finish_reason = asyncio.run(scenario())

@@ -130,7 +130,7 @@ def test_folder_and_kafka_topic_with_different_profiles_in_one_daemon(
     assert results["k-default"]["profile"] == "default"
     for name, result in results.items():
         assert result["profile_version"] == versions[result["profile"]], name
-        assert result["prompt_version"] == "summary-v4", name
+        assert result["prompt_version"] == "summary-v5", name
     for key, record in kafka.items():
         headers = dict(record.headers)
         assert headers["profile"].decode() == results[key]["profile"]

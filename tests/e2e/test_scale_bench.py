@@ -37,12 +37,13 @@ def _short_docs(corpus: Path, tmp_path: Path) -> Path:
 
 
 def _run_bench(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run bench/scale.py; on a timeout, SIGTERM it first, so that it stops the daemons it started."""
+    """Run ``python -m bench.scale``; on a timeout, SIGTERM it first, so that it stops the daemons it
+    started."""
     env = {
         **os.environ,
         "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
     }
-    command = [sys.executable, str(REPO / "bench" / "scale.py"), *args]
+    command = [sys.executable, "-m", "bench.scale", *args]
     with subprocess.Popen(
         command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     ) as proc:

@@ -146,6 +146,39 @@ async def test_request_larger_than_the_token_budget_runs_alone() -> None:
     assert_empty(admission)
 
 
+async def test_a_fleet_that_grows_admits_the_waiting_requests() -> None:
+    """The remote mode resizes admission as servers come and go (one server's bounds per server)."""
+    admission = make_admission(max_requests=1)
+    log: list[str] = []
+    first, second = Request(admission, "a", 10, log), Request(admission, "b", 10, log)
+    await settle()
+    assert log == ["a"]
+    admission.resize(make_limits(max_requests=2))  # a second server came up
+    await asyncio.wait_for(second.admitted.wait(), WAIT)
+    admission.resize(make_limits(max_requests=1))  # it went down: what runs stays admitted
+    assert (admission.inflight_requests, log) == (2, ["a", "b"])
+    third = Request(admission, "c", 10, log)
+    await first.release()
+    await settle()
+    assert log == ["a", "b"]  # one server's bound again: c waits for b
+    await second.release()
+    await asyncio.wait_for(third.admitted.wait(), WAIT)
+    await third.release()
+    assert_empty(admission)
+
+
+def test_a_fleets_limits_are_one_servers_times_its_servers() -> None:
+    engine = EngineConfig(model="m", max_model_len=4096, max_num_seqs=16, max_num_batched_tokens=4096)
+    one = admission_limits(AdmissionConfig(), engine, kv_cache_tokens=1_000_000)
+    two = admission_limits(AdmissionConfig(), engine, kv_cache_tokens=2_000_000, engines=2)
+    assert two.max_requests == 2 * one.max_requests
+    assert two.prefill_tokens == 2 * one.prefill_tokens
+    assert two.heavy_beside_light_tokens == 2 * one.heavy_beside_light_tokens
+    assert two.wave_min_requests == 2 * one.wave_min_requests
+    assert two.light_prompt_tokens == one.light_prompt_tokens  # what makes a request light is per request
+    assert two.max_tokens == 2_000_000
+
+
 def test_limits_must_be_positive() -> None:
     for kwargs in (
         {"max_requests": 0},

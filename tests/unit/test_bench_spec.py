@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.compare import DaemonRun, same_summaries, spec_decoding_stats
+from bench.lib.counters import spec_decoding_stats
+from bench.lib.daemon_pass import DaemonRun, same_summaries
 from daemon.config import EngineConfig, load_config
 
 CONFIGS = Path(__file__).resolve().parents[2] / "bench" / "configs"

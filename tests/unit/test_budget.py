@@ -26,7 +26,7 @@ def make_budget(tokenizer: Any, context_tokens: int, **summary: Any) -> ContextB
     return ContextBudget.create(SummaryConfig(**summary), context_tokens, tokenizer)
 
 
-# -- valid configurations: pinned numbers (they move only with the prompts: summary-v4 here) --------
+# -- valid configurations: pinned numbers (they move only with the prompts: summary-v5 here) --------
 
 
 @pytest.mark.parametrize(

@@ -24,7 +24,7 @@ async def test_summarize_counts_outcomes_with_and_without_the_bar(
     capsys: pytest.CaptureFixture[str],
     progress: bool,
 ) -> None:
-    monkeypatch.setattr("daemon.service.Engine", lambda config: FakeEngine())
+    monkeypatch.setattr("daemon.service.build_engine", lambda config: FakeEngine())
     monkeypatch.setattr("daemon.service.load_tokenizer", lambda config: tokenizer)
     folder = tmp_path / "in"
     folder.mkdir()

@@ -16,8 +16,10 @@ from structlog.typing import EventDict
 
 from daemon.cli import log_renamed_keys, main
 from daemon.config import Config, load_config
+from daemon.document.layout import ExtractLimits
 from daemon.errors import ConfigError
 from daemon.kafka_client import client_options
+from daemon.service import extract_limits
 from daemon.summary.budget import part_summary_tokens
 from tests.config_files import config_error, config_file
 
@@ -246,6 +248,28 @@ def test_wrong_type_is_a_config_error(tmp_path: Path) -> None:
 def test_out_of_range_value_is_a_config_error(tmp_path: Path) -> None:
     message = config_error(config_file(tmp_path, MINIMAL + "max_model_len = 16\n"))
     assert "engine.max_model_len" in message
+
+
+@pytest.mark.parametrize(
+    ("line", "key"),
+    [
+        ("max_expansion_ratio = 0.5", "extract.max_expansion_ratio"),
+        ("expansion_floor_bytes = -1", "extract.expansion_floor_bytes"),
+    ],
+)
+def test_an_expansion_limit_out_of_range_is_a_config_error(tmp_path: Path, line: str, key: str) -> None:
+    assert key in config_error(config_file(tmp_path, MINIMAL + f"[extract]\n{line}\n"))
+
+
+def test_the_extraction_limits_of_a_config_are_its_extract_and_input_limits(tmp_path: Path) -> None:
+    # One set of defaults: the config's are the extractors'.
+    defaults = load_config(config_file(tmp_path, MINIMAL))
+    assert extract_limits(defaults.limits, defaults.extract) == ExtractLimits()
+    extract = "[extract]\nmax_expansion_ratio = 7.5\nexpansion_floor_bytes = 0\n"
+    text = MINIMAL + extract + "[limits]\nmax_input_bytes = 1000\n"
+    config = load_config(config_file(tmp_path, text))
+    limits = extract_limits(config.limits, config.extract)
+    assert (limits.max_expansion_ratio, limits.expansion_floor_bytes, limits.max_text_bytes) == (7.5, 0, 1000)
 
 
 def test_sources_of_wrong_type_is_a_config_error(tmp_path: Path) -> None:

@@ -36,6 +36,7 @@ from daemon.document.extract.pdf import (
 )
 from daemon.document.layout import Extracted, ExtractLimits, Format
 from daemon.errors import DocumentError
+from tests.expanding_inputs import pdf_shared_stream
 
 REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "documents" / "pdf"
@@ -186,6 +187,16 @@ def test_the_page_count_is_checked_before_any_page_is_read(monkeypatch: pytest.M
     with pytest.raises(DocumentError, match="19 pages") as caught:
         extract("XACE-Spec.pdf", ExtractLimits(max_pages=18))
     assert caught.value.reason == "too_large"
+
+
+def test_a_small_pdf_whose_pages_share_one_stream_stops_at_its_expansion_cap() -> None:
+    # 21 KB showing one 4 KB stream on 1,999 pages: 7.6 M characters if read to the end (50 s).
+    data = pdf_shared_stream(1999)
+    with pytest.raises(DocumentError) as caught:
+        extract_pdf(data, ExtractLimits())
+    assert caught.value.reason == "too_expanded"
+    page = int(re.search(r"by page (\d+)", caught.value.message).group(1))  # type: ignore[union-attr]
+    assert page < 300  # 1 MiB (the floor) of text is about 275 of its pages: read no further
 
 
 def test_text_over_the_character_limit_is_too_large() -> None:

@@ -1,8 +1,12 @@
-"""daemon.document.layout: pages and heading paths of a span of text (the provenance of parts)."""
+"""daemon.document.layout: pages and heading paths of a span of text (the provenance of parts), and
+the cap on the text extracted from an input."""
 
 from __future__ import annotations
 
-from daemon.document.layout import NO_LAYOUT, Heading, Layout
+import pytest
+
+from daemon.document.layout import NO_LAYOUT, ExtractLimits, Heading, Layout, utf8_size
+from daemon.errors import DocumentError
 
 PAGES = Layout(page_starts=(0, 100, 250))
 HEADINGS = Layout(
@@ -42,3 +46,29 @@ def test_source_of_has_only_what_the_layout_knows() -> None:
         "section": ["Terms", "Scope"],
         "headings": ["Definitions", "Goods"],
     }
+
+
+def test_the_text_cap_is_the_floor_the_ratio_or_the_absolute_limit_whichever_applies() -> None:
+    limits = ExtractLimits(max_text_bytes=10_000, max_expansion_ratio=4.0, expansion_floor_bytes=1_000)
+    tiny, medium, large = limits.text_cap(100), limits.text_cap(2_000), limits.text_cap(5_000)
+    assert (tiny.max_bytes, tiny.ratio) == (1_000, 4.0)  # the floor: a tiny input's ratio says nothing
+    assert (medium.max_bytes, medium.ratio) == (8_000, 4.0)
+    assert (large.max_bytes, large.ratio) == (10_000, None)  # the absolute limit is the lower
+    medium.check(100, 8_000, "text")  # at the cap: allowed
+    with pytest.raises(DocumentError) as over_ratio:
+        medium.check(100, 8_001, "the text")
+    assert over_ratio.value.reason == "too_expanded"
+    assert "more than 4 times the input's 2000 bytes" in over_ratio.value.message
+    with pytest.raises(DocumentError) as over_limit:
+        large.check(100, 10_001, "the text")
+    assert (over_limit.value.reason, "limits.max_input_bytes" in over_limit.value.message) == (
+        "too_large",
+        True,
+    )
+    with pytest.raises(DocumentError) as over_chars:
+        ExtractLimits(max_output_chars=10).text_cap(1).check(11, 11, "the text")
+    assert over_chars.value.reason == "too_large"
+
+
+def test_utf8_size_counts_bytes_as_utf8_lone_surrogates_included() -> None:
+    assert [utf8_size(text) for text in ("abc", "é", "語", "😀", "\ud800")] == [3, 2, 3, 4, 3]

@@ -261,7 +261,7 @@ def test_the_version_hashes_wording_and_sampling_only() -> None:
 def test_the_default_profiles_version_is_pinned() -> None:
     # Changing docsumd's own wording or default sampling must be deliberate: update this and
     # PROMPT_VERSION together.
-    assert profile_version(DEFAULT_INSTRUCTIONS, SummaryConfig()) == "4326a18487ea"  # summary-v4
+    assert profile_version(DEFAULT_INSTRUCTIONS, SummaryConfig()) == "4326a18487ea"  # summary-v4 and -v5
 
 
 # -- choosing a profile ----------------------------------------------------------------------------

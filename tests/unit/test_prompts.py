@@ -14,6 +14,7 @@ from daemon.summary.prompts import (
     PromptTemplate,
     build_template,
     length_hint,
+    prefix_padding,
 )
 from tests.doubles.tokenizers import PlainTokenizer, SystemOnlyTokenizer
 
@@ -125,3 +126,45 @@ def test_a_profiles_instructions_word_the_system_and_each_kind(tokenizer: Any) -
     assert prefix == tokenizer.encode(build_template(tokenizer, PromptKind.PART, instructions=legal).prefix)
     # The suffix (length and style) is the same whatever the wording: it is the layout's.
     assert build_template(tokenizer, instructions=legal).suffix == build_template(tokenizer).suffix
+
+
+# -- the shared prefix aligned to the engine's KV blocks ------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("prefix", "block", "padding"),
+    [
+        (97, 128, 31),  # 97 tokens reused instead of none, for 31 tokens of room
+        (129, 128, 0),  # 127 tokens of room to save 1: not worth it
+        (119, 64, 9),
+        (97, 64, 31),
+        (96, 16, 0),  # already whole blocks
+        (97, 16, 0),  # 15 tokens to save 1
+        (100, None, 0),  # block size unknown: nothing
+        (100, 1, 0),
+    ],
+)
+def test_a_prefix_is_padded_to_its_next_block_only_where_that_pays(
+    prefix: int, block: int | None, padding: int
+) -> None:
+    assert prefix_padding(prefix, block) == padding
+
+
+@pytest.mark.parametrize("block", [16, 32, 64, 128])
+def test_padded_prefixes_end_on_a_block_or_are_left_alone(tokenizer: Any, block: int) -> None:
+    plain, aligned = PromptBuilder(tokenizer), PromptBuilder(tokenizer, cache_block_tokens=block)
+    newline = tokenizer.encode("\n", add_special_tokens=False)
+    for kind in PromptKind:
+        before, suffix = plain.template_ids(kind, style="prose", max_tokens=256)
+        after, aligned_suffix = aligned.template_ids(kind, style="prose", max_tokens=256)
+        assert aligned_suffix == suffix
+        assert after[: len(before)] == before  # the same prefix, padding after it
+        padding = after[len(before) :]
+        assert padding == newline * prefix_padding(len(before), block)
+        assert not padding or len(after) % block == 0
+        # The budget sees the padding: overhead is exactly what the prompt takes.
+        body = [5, 6, 7]
+        built = aligned.build(kind, body, style="prose", max_tokens=256)
+        assert len(built) == aligned.overhead(kind, style="prose", max_tokens=256) + len(body)
+        # The padding decodes as blank lines before the document's text.
+        assert tokenizer.decode(built[len(before) : len(after)]) == "\n" * len(padding)

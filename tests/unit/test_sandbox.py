@@ -222,6 +222,9 @@ async def test_the_worker_is_sandboxed(monkeypatch: pytest.MonkeyPatch) -> None:
     assert sandbox["limits"] == {
         "max_pages": 50,
         "max_output_chars": 10_000,
+        "max_text_bytes": EXTRACT_LIMITS.max_text_bytes,
+        "max_expansion_ratio": EXTRACT_LIMITS.max_expansion_ratio,
+        "expansion_floor_bytes": EXTRACT_LIMITS.expansion_floor_bytes,
         "max_unpacked_bytes": EXTRACT_LIMITS.max_unpacked_bytes,
         "max_compression_ratio": EXTRACT_LIMITS.max_compression_ratio,
         "max_zip_entries": EXTRACT_LIMITS.max_zip_entries,
@@ -287,6 +290,34 @@ async def test_cancelled_waiting_extraction_leaks_nothing(pool: ExtractionPool) 
     assert (await running).details["pid"] == before
     assert pool.idle == 1
     assert await echo_pid(pool) == before
+    assert sum(pool.stats.replaced.values()) == replaced
+
+
+@in_module_loop
+async def test_before_runs_once_a_worker_is_free_and_a_failed_one_hands_the_worker_on(
+    pool: ExtractionPool,
+) -> None:
+    worker = await echo_pid(pool)
+    replaced = sum(pool.stats.replaced.values())
+    events: list[str] = []
+    running = asyncio.create_task(pool.extract(b"timed 0.3", Format.PDF))
+    await asyncio.sleep(0.05)
+
+    async def before() -> None:
+        events.append(f"before, {pool.idle} idle")
+
+    extracted = await pool.extract(b"echo after", Format.PDF, before=before)
+    assert events == ["before, 0 idle"]  # awaited once the running one gave the worker back
+    assert extracted.text == "after"
+    await running
+
+    async def refuse() -> None:
+        raise RuntimeError("no room")
+
+    with pytest.raises(RuntimeError):
+        await pool.extract(b"echo never", Format.PDF, before=refuse)
+    assert pool.idle == 1
+    assert await echo_pid(pool) == worker  # the worker was never used, so never replaced
     assert sum(pool.stats.replaced.values()) == replaced
 
 

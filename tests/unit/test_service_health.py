@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -165,3 +165,97 @@ def test_the_watch_clock_starts_when_work_is_first_seen() -> None:
     watch.progressed()
     assert not watch.stalled(has_work=True)
     assert not ProgressWatch(0, clock=clock).stalled(has_work=True)  # 0: off
+
+
+class _SlowSource(IdleSource):
+    """A source whose start (the Kafka source's: connect the producer, join the group and get an
+    assignment) takes until the test lets it finish."""
+
+    def __init__(self) -> None:
+        self.connected = asyncio.Event()
+
+    async def start(self) -> None:
+        await self.connected.wait()
+
+
+async def test_not_ready_until_every_source_has_connected(tmp_path: Path, tokenizer: Any) -> None:
+    # /readyz (and so a Kubernetes readiness probe) answers 503 until the engine is warm AND every
+    # source has started: the Kafka source's start returns once its producer is connected and its
+    # consumer has joined the group with an assignment.
+    slow = _SlowSource()
+    engine = FakeEngine()
+    service = _service(_config(tmp_path), engine, tokenizer, [IdleSource(), slow])
+    run = asyncio.create_task(service.run())
+    try:
+        async with asyncio.timeout(10):
+            while not engine.is_running:  # noqa: ASYNC110 - the fake engine has no event for it
+                await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
+        assert service.healthy()
+        assert not service.ready()
+        slow.connected.set()
+        async with asyncio.timeout(10):
+            while not service.ready():  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        service.request_stop()
+        assert not service.ready()  # draining: no longer ready
+    finally:
+        service.request_stop()
+        await asyncio.wait_for(run, 10)
+
+
+class _Fleet(FakeEngine):
+    """A :class:`~daemon.contracts.FleetEngine`: servers that can all be down at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.problem: str | None = None
+        self.engines = 2
+        self._listeners: list[Callable[[], None]] = []
+        self._up = asyncio.Event()
+        self._up.set()
+
+    def on_change(self, callback: Callable[[], None]) -> None:
+        self._listeners.append(callback)
+
+    async def wait_available(self) -> None:
+        await self._up.wait()
+
+    def set_down(self, down: bool) -> None:
+        self.problem = "no remote endpoint takes work (all down)" if down else None
+        if down:
+            self._up.clear()
+        else:
+            self._up.set()
+        for listener in self._listeners:
+            listener()
+
+
+class _PausableIdleSource(IdleSource):
+    def __init__(self) -> None:
+        self.paused: list[bool] = []
+
+    def pause_intake(self) -> None:
+        self.paused.append(True)
+
+    def resume_intake(self) -> None:
+        self.paused.append(False)
+
+
+async def test_with_every_server_down_the_service_is_unhealthy_pauses_intake_and_keeps_the_watchdog(
+    tmp_path: Path, tokenizer: Any
+) -> None:
+    fleet, source = _Fleet(), _PausableIdleSource()
+    service = _service(_config(tmp_path), fleet, tokenizer, [source])
+    async with _running(service):
+        assert service.healthy()
+        assert source.paused == [False]  # told at start: the fleet takes work
+        fleet.set_down(True)
+        assert source.paused[-1:] == [True]
+        assert not service.healthy()  # /healthz: 503
+        assert service._alive()  # the watchdog is still fed: a restart cannot bring servers back
+        await asyncio.sleep(STALL * 3)  # no stall is counted while nothing can progress
+        assert service._alive()
+        fleet.set_down(False)
+        assert source.paused[-1:] == [False]
+        assert service.healthy()

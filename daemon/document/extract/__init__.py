@@ -5,7 +5,7 @@ those that are (Markdown, reStructuredText).
 raw bytes and the format :func:`daemon.document.formats.detect_format` found, and gives back the
 text in the heading-line convention of :mod:`daemon.document.layout` with its layout, or raises
 :class:`~daemon.errors.DocumentError` with a reason (``encrypted``, ``malformed``, ``too_large``,
-``no_text``, ``binary``). :func:`text_layout` runs in the daemon itself, on decoded text.
+``too_expanded``, ``no_text``, ``binary``). :func:`text_layout` runs in the daemon itself, on decoded text.
 
 The extractors are imported when first needed: a worker pays for lxml (and the PDF library) only
 when it extracts, and the daemon's own process, which only finds headings, never does.

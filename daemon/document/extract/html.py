@@ -543,7 +543,7 @@ def extract_html(data: bytes, limits: ExtractLimits) -> Extracted:
     body = root.find("body")
     page: etree._Element = body if body is not None else root
     container, rule = _main_content(root)
-    writer = TextWriter(limits.max_output_chars)
+    writer = TextWriter(limits.text_cap(len(data)))
     _Walker(writer, container).block(container)
     if writer.length == 0:
         # All of it looked like furniture (a page of links, say): read the whole body after all.

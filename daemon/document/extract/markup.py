@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from daemon.document.layout import Extracted, Format, Heading, Layout
+from daemon.document.layout import NO_TEXT_CAP, Extracted, Format, Heading, Layout, TextCap, utf8_size
 from daemon.errors import DocumentError
 
 MAX_HEADING_LEVEL: Final = 6
@@ -116,13 +116,17 @@ class TextWriter:
     """Builds an extractor's text in the heading-line convention, with its layout.
 
     Blocks (headings, paragraphs, line blocks such as a list or a table) are separated by one blank
-    line. Over ``max_chars`` characters it raises ``DocumentError("too_large")`` at once, so a
-    document that would extract to gigabytes fails before its text is built."""
+    line. Over its cap (:class:`~daemon.document.layout.TextCap`, or a number of characters) it
+    raises :class:`DocumentError` at once (``too_large``, or ``too_expanded`` over the expansion
+    cap), so a document that would extract to gigabytes fails before its text is built."""
 
-    def __init__(self, max_chars: int) -> None:
-        self._max_chars = max_chars
+    def __init__(self, cap: TextCap | int) -> None:
+        self._cap = (
+            cap if isinstance(cap, TextCap) else TextCap(max_chars=cap, max_bytes=NO_TEXT_CAP.max_bytes)
+        )
         self._parts: list[str] = []
         self._length = 0
+        self._bytes = 0
         self._headings: list[Heading] = []
         self._headings_over_limit = 0
 
@@ -198,16 +202,12 @@ class TextWriter:
         separator = "\n\n" if self._parts else ""
         start = self._length + len(separator)
         end = start + len(block)
-        if end > self._max_chars:
-            raise DocumentError(
-                "too_large",
-                f"the extracted text is over the limit of {self._max_chars} characters "
-                "(extract.max_output_chars)",
-            )
+        size = self._bytes + len(separator) + utf8_size(block)
+        self._cap.check(end, size, "the extracted text")
         if separator:
             self._parts.append(separator)
         self._parts.append(block)
-        self._length = end
+        self._length, self._bytes = end, size
         return start
 
 

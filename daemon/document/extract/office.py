@@ -600,7 +600,7 @@ class _DocxReader:
     def __init__(self, data: bytes, limits: ExtractLimits) -> None:
         self.archive = _Archive(data, limits, "this DOCX file")
         self.limits = limits
-        self.writer = TextWriter(limits.max_output_chars)
+        self.writer = TextWriter(limits.text_cap(len(data)))
         self.w = _W_TRANSITIONAL
         self.styles = _DocxStyles()
         self.numbering = _Numbering()
@@ -917,7 +917,7 @@ class _OdtReader:
     def __init__(self, data: bytes, limits: ExtractLimits) -> None:
         self.archive = _Archive(data, limits, "this ODT file")
         self.limits = limits
-        self.writer = TextWriter(limits.max_output_chars)
+        self.writer = TextWriter(limits.text_cap(len(data)))
         self.notes: list[str] = []
 
     def read(self) -> Extracted:

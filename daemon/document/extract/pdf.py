@@ -1,9 +1,9 @@
 """PDF text with PDFium (pypdfium2), made to read as prose: pages, paragraphs, headings.
 
 Why PDFium: ``bench/extract.py`` measured it against pdfminer.six and pypdf on 56 real PDFs from
-Debian documentation packages, 8,340 pages (``bench/results/extract_pdf_cpu.json``): 756 pages per
-second per core against pypdf's 42 and pdfminer.six's 20, no failure, and the same text (pdfminer.six
-finds 99% of PDFium's distinct words, pypdf 95%); with the clean-up below, 344 pages/s per core.
+Debian documentation packages, 8,340 pages (``bench/results/2026-12-03_cpu2_extract_pdf.json``): 756
+pages per second per core against pypdf's 42 and pdfminer.six's 20, no failure, and the same text
+(pdfminer.six finds 99% of PDFium's distinct words, pypdf 95%); with the clean-up below, 344 pages/s per core.
 Its licence (pypdfium2: Apache-2.0 or BSD-3-Clause; PDFium: BSD-3-Clause) suits the project's.
 
 :func:`extract_pdf` goes in four steps, each bounded on hostile input:
@@ -50,7 +50,7 @@ from daemon.document.extract.markup import (
     one_line,
 )
 from daemon.document.extract.pdf_screen import screen
-from daemon.document.layout import Extracted, ExtractLimits, Format, Heading, Layout
+from daemon.document.layout import Extracted, ExtractLimits, Format, Heading, Layout, TextCap, utf8_size
 from daemon.errors import DocumentError
 
 # -- characters and lines --------------------------------------------------------------------------
@@ -665,6 +665,7 @@ def extract_pdf(data: bytes, limits: ExtractLimits) -> Extracted:
     """The text and layout of the PDF ``data`` (see the module's doc), or :class:`DocumentError`:
     ``malformed``, ``encrypted``, ``too_large`` (pages, inflated streams, characters), ``no_text``."""
     screen(data, limits)
+    cap = limits.text_cap(len(data))
     with _PDFIUM_LOCK:
         pdf = _open(data)
         try:
@@ -675,7 +676,7 @@ def extract_pdf(data: bytes, limits: ExtractLimits) -> Extracted:
                     f"this PDF has {pages} pages, over the limit of {limits.max_pages} (extract.max_pages)",
                 )
             outline = read_outline(pdf, pages)
-            page_texts = _read_pages(pdf, pages, limits.max_output_chars)
+            page_texts = _read_pages(pdf, pages, cap)
         finally:
             pdf.close()
     if not any(text.strip() for text in page_texts):
@@ -683,12 +684,7 @@ def extract_pdf(data: bytes, limits: ExtractLimits) -> Extracted:
             "no_text", f"this PDF's {pages} page(s) have no text layer (a scan? OCR is not done)"
         )
     text, layout = assemble(page_texts, outline)
-    if len(text) > limits.max_output_chars:
-        raise DocumentError(
-            "too_large",
-            f"this PDF's text is over the limit of {limits.max_output_chars} characters "
-            "(extract.max_output_chars)",
-        )
+    cap.check(len(text), utf8_size(text), "this PDF's text")
     if not text.strip():
         raise DocumentError("no_text", "this PDF has no text but page numbers and running headers")
     details = {"pages": pages, "extractor": extractor_name(), "outline_entries": len(outline)}
@@ -711,24 +707,21 @@ def _open(data: bytes) -> Any:
         ) from None
 
 
-def _read_pages(pdf: Any, pages: int, max_chars: int) -> list[str]:
-    """Every page's text with blank lines where paragraphs break; ``too_large`` as soon as the text
-    read is over ``max_chars`` (a page at a time: never a whole oversized document in memory)."""
+def _read_pages(pdf: Any, pages: int, cap: TextCap) -> list[str]:
+    """Every page's text with blank lines where paragraphs break; ``too_large`` (or
+    ``too_expanded``) as soon as the text read is over ``cap`` (a page at a time: never a whole
+    oversized document in memory)."""
     pdfium = _pdfium()
     texts: list[str] = []
-    total = 0
+    chars = size = 0
     for index in range(pages):
         try:
             text = read_page(pdf, index)
         except pdfium.PdfiumError:
             raise DocumentError("malformed", f"page {index + 1} of this PDF cannot be read") from None
-        total += len(text)
-        if total > max_chars:
-            raise DocumentError(
-                "too_large",
-                f"this PDF's text is over the limit of {max_chars} characters by page "
-                f"{index + 1} (extract.max_output_chars)",
-            )
+        chars += len(text)
+        size += utf8_size(text)
+        cap.check(chars, size, f"this PDF's text by page {index + 1}")
         texts.append(text)
     return texts
 

@@ -28,6 +28,7 @@ from aiokafka import ConsumerRecord
 
 from daemon.config import KafkaSourceConfig
 from daemon.errors import DocumentError, Reason
+from daemon.ops.tracing import with_trace_context
 from daemon.records import (
     Headers,
     Record,
@@ -288,7 +289,9 @@ def result_output(
     """The output message of a summarized document: the result record, keyed by the document id, with
     its reduced ``too_large`` dead letter as the fallback. :class:`~daemon.errors.DocumentError`
     ``too_large`` if it does not fit ``max_request_bytes`` (the document then fails: a dead letter)."""
-    headers = result_headers(carried_headers(list(message.headers), topics.limits.max_header_bytes), result)
+    headers = with_trace_context(
+        result_headers(carried_headers(list(message.headers), topics.limits.max_header_bytes), result)
+    )
     refused = DocumentError(
         "too_large", "the broker refused the result as too large (the output topic's max.message.bytes)"
     )
@@ -318,8 +321,8 @@ def dead_letter_output(
     fitted to ``max_request_bytes``. The payload is cut further, then left out, and at last the dead
     letter is reduced (:func:`~daemon.records.reduced_dead_letter`), until it fits; the reduced form
     is also its fallback."""
-    headers = dead_letter_headers(
-        carried_headers(list(message.headers), topics.limits.max_header_bytes), failure
+    headers = with_trace_context(
+        dead_letter_headers(carried_headers(list(message.headers), topics.limits.max_header_bytes), failure)
     )
     digest = _sha256(message.value)
     reduced = _reduced_letter(message, failure, topics, digest)

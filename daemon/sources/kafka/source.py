@@ -26,16 +26,21 @@ from daemon.kafka_client import client_options
 from daemon.lifecycle import Lifecycle
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import (
+    KAFKA_ASSIGNED_PARTITIONS,
     KAFKA_BUFFERED,
     KAFKA_BUFFERED_BYTES,
     KAFKA_LAG,
     KAFKA_PAUSED_PARTITIONS,
+    KAFKA_REBALANCES,
     observe_kafka_commits,
     observe_source,
 )
+from daemon.ops.pending import PENDING
+from daemon.ops.tracing import trace_context_of
 from daemon.records import Record
 from daemon.sinks.kafka import KafkaSink, Output
 from daemon.sources.kafka.committer import Committer, committer_for
+from daemon.sources.kafka.membership import check_static_membership
 from daemon.sources.kafka.messages import (
     MessageLimits,
     OutputTopics,
@@ -115,8 +120,18 @@ class KafkaSourceError(Exception):
 class KafkaSource(Lifecycle):
     """Yields a :class:`WorkItem` per message of the input topics. ``start()``/``stop()`` are idempotent."""
 
-    def __init__(self, config: KafkaSourceConfig, sink: KafkaSink, *, max_input_bytes: int) -> None:
+    def __init__(
+        self,
+        config: KafkaSourceConfig,
+        sink: KafkaSink,
+        *,
+        max_input_bytes: int,
+        group_instance_id: str | None = None,
+    ) -> None:
+        """``group_instance_id``: join as a static member under this id (the factory derives it,
+        :mod:`~daemon.sources.kafka.membership`); None: a dynamic member."""
         self.config = config
+        self.group_instance_id = group_instance_id
         self.sink = sink
         self.max_input_bytes = max_input_bytes
         self._limits = MessageLimits.of(config)
@@ -129,6 +144,7 @@ class KafkaSource(Lifecycle):
         self._next_fetch: dict[TopicPartition, int] = {}
         self._data = asyncio.Event()
         self._room = asyncio.Event()
+        self._intake_paused = False  # the service's: the engine serves nothing now, fetch nothing
         self._lag_due = asyncio.Event()  # set when partitions are assigned: update the lag at once
         self._tasks: list[asyncio.Task[None]] = []
         self._failure: BaseException | None = None
@@ -162,8 +178,11 @@ class KafkaSource(Lifecycle):
             await consumer.stop()  # never started: only its client to close (no "unclosed" warning)
             raise
         try:
+            if self.group_instance_id is not None:
+                await check_static_membership(client_options(self.config))
             await consumer.start()
         except BaseException:
+            await consumer.stop()
             await self.sink.stop()
             raise
         self._consumer = consumer
@@ -179,7 +198,17 @@ class KafkaSource(Lifecycle):
             task = asyncio.create_task(work, name=f"kafka-{name}")
             task.add_done_callback(self._task_done)
             self._tasks.append(task)
-        log.info("kafka source started", topics=self.config.input_topics, group_id=self.config.group_id)
+        log.info(
+            "kafka source started",
+            topics=self.config.input_topics,
+            group_id=self.config.group_id,
+            group_instance_id=self.group_instance_id,
+            session_timeout_ms=self._session_timeout_ms,
+        )
+
+    @property
+    def _session_timeout_ms(self) -> int:
+        return self.config.session_timeout(static=self.group_instance_id is not None)
 
     def _new_consumer(self) -> AIOKafkaConsumer:
         """A consumer of the input topics, subscribed (with our rebalance listener), not started.
@@ -194,9 +223,12 @@ class KafkaSource(Lifecycle):
         consumer = AIOKafkaConsumer(
             **client_options(config),
             group_id=config.group_id,
+            # Static membership: no LeaveGroup on stop, and the partitions wait for the same id.
+            group_instance_id=self.group_instance_id,
             enable_auto_commit=False,
             auto_offset_reset=config.auto_offset_reset,
-            session_timeout_ms=config.session_timeout_ms,
+            session_timeout_ms=self._session_timeout_ms,
+            rebalance_timeout_ms=config.rebalance_timeout_ms,
             heartbeat_interval_ms=config.heartbeat_interval_ms,
             max_poll_interval_ms=config.max_poll_interval_ms,
             # The client's own read-ahead, bounded like the local buffer (a larger message still comes).
@@ -232,6 +264,7 @@ class KafkaSource(Lifecycle):
         finally:
             await self.sink.stop()
             KAFKA_PAUSED_PARTITIONS.set(0)
+            KAFKA_ASSIGNED_PARTITIONS.set(0)
             log.info("kafka source stopped")
 
     def _log_unfinished(self) -> None:
@@ -299,6 +332,7 @@ class KafkaSource(Lifecycle):
             size=len(parsed.text or b""),
             profile=self.config.profile_for(entry.message.topic),
             format_hint=header_value(entry.message.headers, "content-type"),
+            trace_context=trace_context_of(entry.message.headers),
         )
 
     # -- acknowledgement: the committer writes or holds the output, then the offset is finished ---
@@ -315,6 +349,17 @@ class KafkaSource(Lifecycle):
         assert committer is not None  # items exist only once started
         await committer.deliver(entry.partition, entry.tracker, entry.message.offset, output)
 
+    def pause_intake(self) -> None:
+        """Pause every assigned partition until :meth:`resume_intake` (the consumer keeps polling, so
+        it stays in its group; see PausableSource)."""
+        self._intake_paused = True
+        self._room.set()
+
+    def resume_intake(self) -> None:
+        """Fetch again."""
+        self._intake_paused = False
+        self._room.set()
+
     # -- fetching --------------------------------------------------------------------------------
 
     async def _fetch(self, consumer: AIOKafkaConsumer, committer: Committer[TopicPartition]) -> None:
@@ -323,8 +368,8 @@ class KafkaSource(Lifecycle):
             room = self.config.max_buffered_messages - len(self._buffer)
             if self._buffered_bytes >= self.config.max_buffered_bytes:
                 room = 0  # full by bytes: a few large messages weigh as much as many small ones
-            if committer.pause_needed:
-                room = 0  # outputs wait for an earlier message; take no more for now
+            if committer.pause_needed or self._intake_paused:
+                room = 0  # outputs wait for an earlier message, or no engine serves: take no more
             assigned = consumer.assignment()
             self._pause_or_resume(consumer, assigned, room)
             self._room.clear()
@@ -382,6 +427,7 @@ class KafkaSource(Lifecycle):
     def _report_buffer(self) -> None:
         KAFKA_BUFFERED.set(len(self._buffer))
         KAFKA_BUFFERED_BYTES.set(self._buffered_bytes)
+        PENDING.fetched(SOURCE_NAME, self._buffered_bytes)
 
     async def _idle_pause(self, consumer: AIOKafkaConsumer) -> None:
         """Nothing came in: stop fetching for ``idle_pause_ms``. aiokafka keeps a fetch request in
@@ -425,6 +471,9 @@ class KafkaSource(Lifecycle):
             log.info("partitions revoked", partitions=sorted(f"{tp.topic}-{tp.partition}" for tp in revoked))
 
     def _on_assigned(self, assigned: set[TopicPartition]) -> None:
+        # Every assignment ends a rebalance this member took part in, its own first join included.
+        KAFKA_REBALANCES.inc()
+        KAFKA_ASSIGNED_PARTITIONS.set(len(assigned))
         log.info("partitions assigned", partitions=sorted(f"{tp.topic}-{tp.partition}" for tp in assigned))
         self._room.set()
         self._lag_due.set()  # the new partitions' lag series now, not a lag interval later

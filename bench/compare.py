@@ -93,7 +93,7 @@ from bench.lib.results import write_result
 from bench.lib.workloads import add_workload_arguments, pdf_documents, workload
 from daemon.cli import prepare_process
 from daemon.config import Config, load_config
-from daemon.engine.model_files import load_tokenizer
+from daemon.models.files import load_tokenizer
 
 
 def main() -> int:

@@ -159,8 +159,8 @@ def _all_inputs(args: argparse.Namespace) -> Iterator[tuple[str, str, bytes]]:
 def measure(args: argparse.Namespace) -> list[dict[str, Any]]:
     """One row per input: its size, its text's size, the ratio (or the reason it was refused)."""
     from daemon.document.extract import extract
-    from daemon.document.layout import ExtractLimits, Format
     from daemon.document.reader import clean_extracted
+    from daemon.document.types import ExtractLimits, Format
     from daemon.errors import DocumentError
 
     limits = ExtractLimits(max_expansion_ratio=1e9, max_text_bytes=1 << 40)

@@ -106,7 +106,7 @@ def pages_docsumd(data: bytes) -> list[str]:
     """docsumd's extractor end to end (screening, PDFium, geometry, clean-up), without its page limit:
     the final text's pages."""
     from daemon.document.extract.pdf import extract_pdf
-    from daemon.document.layout import ExtractLimits
+    from daemon.document.types import ExtractLimits
 
     limits = ExtractLimits(max_pages=1_000_000, max_output_chars=1_000_000_000)
     return extract_pdf(data, limits).text.split("\f")

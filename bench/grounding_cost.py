@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from bench.lib.results import result_path, write_result
-from daemon.document.layout import NO_LAYOUT
+from daemon.document.types import NO_LAYOUT
 from daemon.summary.checking import check_result, passages
 from daemon.summary.grounding import SourceIndex
 

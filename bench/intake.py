@@ -51,7 +51,7 @@ from daemon.cli import prepare_process
 from daemon.config import Config, load_config
 from daemon.contracts import Generation, Sampling
 from daemon.engine.admission import admission_limits
-from daemon.engine.model_files import load_tokenizer
+from daemon.models.files import load_tokenizer
 from daemon.records import parse_request_id
 from daemon.summary.chunking import tokenize_text
 from daemon.summary.profiles import build_profiles

@@ -10,7 +10,7 @@ record whose value is ``SIZE`` MiB of zero bytes (what compresses best), in a pr
 writes its bytes to a temporary file. A second fresh process reads the file, then hands the bytes to
 what the daemon's consumer runs on a fetched record set: aiokafka's ``PartitionRecords`` (CRCs
 checked, ``read_committed``, as the source configures its consumer) over
-``daemon.sources.kafka.undecodable``'s ``_TolerantRecords`` (installed as the fetcher's
+``daemon.kafka.undecodable``'s ``_TolerantRecords`` (installed as the fetcher's
 ``MemoryRecords``), iterates it to the end and takes ``message_bytes`` of each message, as the source
 does before it buffers one. That process's peak RSS (``getrusage(RUSAGE_SELF).ru_maxrss``, read at
 its end: nothing else runs in it) and the seconds the iteration took (all of them on the event loop
@@ -93,8 +93,8 @@ def measure(path: Path, limit_mib: float) -> dict[str, Any]:
     from aiokafka import TopicPartition
     from aiokafka.consumer import fetcher
 
-    from daemon.sources.kafka.messages import message_bytes
-    from daemon.sources.kafka.undecodable import install, undecodable
+    from daemon.kafka.messages import message_bytes
+    from daemon.kafka.undecodable import install, undecodable
 
     install(max_inflated_bytes=int(limit_mib * MIB))
     buffer = path.read_bytes()

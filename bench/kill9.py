@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.lib.results import write_result
-from daemon.engine.tiny_model import build_tiny_model
+from daemon.models.tiny import build_tiny_model
 from tests.e2e.harness import DaemonProcess, Layout, free_port
 from tests.e2e.kill9 import MOMENTS, Kill9, kill_9, reach
 

@@ -72,7 +72,7 @@ def _peak_mib() -> float:
 def _one_lines(pattern: str, fmt: str, mib: int, capped: bool) -> dict[str, Any]:
     """In this (fresh) process: build the text, scan it once, report CPU time and peak RSS."""
     from daemon.document.extract import markup
-    from daemon.document.layout import Format
+    from daemon.document.types import Format
 
     line = LINES[pattern]
     text = line * (mib * MIB // len(line))
@@ -99,7 +99,7 @@ def _one_lines(pattern: str, fmt: str, mib: int, capped: bool) -> dict[str, Any]
 
 def _text_layout(fmt: str, text: str) -> Callable[[], object]:
     from daemon.document.extract import text_layout
-    from daemon.document.layout import Format
+    from daemon.document.types import Format
 
     return lambda: len(text_layout(text, Format(fmt)).headings)
 
@@ -112,7 +112,7 @@ def _detect(data: bytes, hint: str | None) -> Callable[[], object]:
 
 def _html(data: bytes) -> Callable[[], object]:
     from daemon.document.extract.html import extract_html
-    from daemon.document.layout import ExtractLimits
+    from daemon.document.types import ExtractLimits
 
     return lambda: len(extract_html(data, ExtractLimits()).text)
 
@@ -197,7 +197,7 @@ def _one_screen(folder: Path) -> dict[str, Any]:
     PDFs of the test fixtures: CPU seconds, and each hostile file's outcome."""
     import importlib
 
-    from daemon.document.layout import ExtractLimits
+    from daemon.document.types import ExtractLimits
     from daemon.errors import DocumentError
 
     try:

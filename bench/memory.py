@@ -136,7 +136,7 @@ class Sampler(threading.Thread):
 def tokenizer_loader() -> Any:
     """The measured checkout's ``load_tokenizer`` (it moved modules; ``--code`` may be older)."""
     try:
-        from daemon.engine.model_files import load_tokenizer
+        from daemon.models.files import load_tokenizer
     except ImportError:
         from daemon.engine.vllm_engine import load_tokenizer  # type: ignore[attr-defined,no-redef]
     return load_tokenizer
@@ -182,10 +182,10 @@ def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, args.code)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from daemon.config import Config, EngineConfig, LimitsConfig, MetricsConfig, ServiceConfig, SummaryConfig
+    from daemon.folder.files import FilesSource
+    from daemon.folder.sink import FolderSink
     from daemon.ops.logging import configure_logging
     from daemon.service import Service
-    from daemon.sinks.folder import FolderSink
-    from daemon.sources.files import FilesSource
 
     configure_logging("warning", "json")
     InstantEngine = instant_engine_class()
@@ -507,7 +507,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="docsumd-model-") as scratch:
         model = args.model
         if model is None:
-            from daemon.engine.tiny_model import build_tiny_model
+            from daemon.models.tiny import build_tiny_model
 
             model = build_tiny_model(Path(scratch) / "tiny")
         if args.flood:

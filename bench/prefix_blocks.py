@@ -49,7 +49,7 @@ def main() -> int:
         raise SystemExit(f"no .txt documents of at most {args.max_bytes} bytes in {args.docs}")
     with tempfile.TemporaryDirectory(prefix="docsumd-blocks-") as work:
         from daemon.cli import prepare_process
-        from daemon.engine.tiny_model import build_tiny_model
+        from daemon.models.tiny import build_tiny_model
 
         model = args.model or build_tiny_model(Path(work) / "tiny")
         blocks = [int(block) for block in args.blocks.split(",")]
@@ -61,7 +61,7 @@ def main() -> int:
         ]
     report = {
         "what": "instruction-prefix hit rate of vLLM's prefix cache by KV block size, plain and aligned",
-        "model": str(args.model or "tiny (daemon/engine/tiny_model.py)"),
+        "model": str(args.model or "tiny (daemon/models/tiny.py)"),
         "documents": [doc.name for doc in docs],
         "summary_tokens": args.summary_tokens,
         "passes": passes,
@@ -110,7 +110,7 @@ async def _pass(
 ) -> dict[str, Any]:
     from daemon.document.decode import decode_document
     from daemon.engine.admission import admission_for_engine
-    from daemon.engine.model_files import load_tokenizer
+    from daemon.models.files import load_tokenizer
     from daemon.records import parse_request_id
     from daemon.summary.profiles import build_profiles
     from daemon.summary.prompts import PromptKind

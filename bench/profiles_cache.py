@@ -80,7 +80,7 @@ def main() -> int:
 
     report = {
         "what": "prefix-cache hit rate, two profiles interleaved (AB) against one profile (A, B)",
-        "model": str(args.model or "tiny (daemon/engine/tiny_model.py)"),
+        "model": str(args.model or "tiny (daemon/models/tiny.py)"),
         "documents": [doc.name for doc in docs],
         "engine": {
             key: getattr(config.engine, key)
@@ -109,7 +109,7 @@ def _documents(folder: Path | None, count: int, max_bytes: int) -> list[Path]:
 
 
 def _tiny_model(folder: Path) -> Path:
-    from daemon.engine.tiny_model import build_tiny_model
+    from daemon.models.tiny import build_tiny_model
 
     return build_tiny_model(folder)
 
@@ -134,7 +134,7 @@ async def _pass(config: Any, docs: Sequence[Path], names: Sequence[str]) -> dict
     from bench.lib.engine import RecordingEngine
     from daemon.document.decode import decode_document
     from daemon.engine.admission import admission_for_engine
-    from daemon.engine.model_files import load_tokenizer
+    from daemon.models.files import load_tokenizer
     from daemon.records import parse_request_id
     from daemon.summary.profiles import build_profiles
     from daemon.summary.prompts import PromptKind

@@ -328,7 +328,7 @@ def main() -> int:
     parser.add_argument("--json-fleet", type=Path, default=result_path("remote", "fleet-short-docs"))
     args = parser.parse_args()
     from daemon.cli import prepare_process
-    from daemon.engine.tiny_model import build_tiny_model
+    from daemon.models.tiny import build_tiny_model
 
     if not any(args.docs.glob("*.txt")):
         raise SystemExit(f"no .txt documents in {args.docs} (--docs)")
@@ -340,7 +340,7 @@ def main() -> int:
 
         tokenizer = AutoTokenizer.from_pretrained(str(model))
         environment = {
-            "model": str(args.model or "tiny (daemon/engine/tiny_model.py)"),
+            "model": str(args.model or "tiny (daemon/models/tiny.py)"),
             "summary_tokens": args.summary_tokens,
         }
         if args.measure in ("inprocess", "both"):

@@ -74,7 +74,7 @@ from bench.lib.report import environment, percentile
 from bench.lib.results import write_result
 from bench.lib.workloads import SHORT_MAX_TOKENS, add_workload_arguments, workload
 from daemon.config import Config, load_config
-from daemon.engine.model_files import load_tokenizer
+from daemon.models.files import load_tokenizer
 from tests.e2e.harness import DaemonProcess, Layout, free_port, wait_for
 from tests.kafka_broker import KafkaBroker, committed_offsets, create_topics, end_offsets, read_all
 

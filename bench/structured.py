@@ -93,7 +93,7 @@ def main() -> int:
 
 
 def _demo_model() -> Path:
-    from daemon.engine import demo_model as demo
+    from daemon.models import demo
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "docsumd-tests"
     target = cache / f"smollm2-{demo.GGUF_SHA256[:12]}-{demo.SAFETENSORS_SHA256[:12]}"
@@ -136,8 +136,8 @@ async def _pass(config: Any, docs: Sequence[Path]) -> dict[str, Any]:
     from bench.lib.engine import RecordingEngine
     from daemon.document.decode import decode_document
     from daemon.engine.admission import admission_for_engine
-    from daemon.engine.model_files import load_tokenizer
     from daemon.errors import DocumentError
+    from daemon.models.files import load_tokenizer
     from daemon.records import parse_request_id
     from daemon.summary.profiles import build_profiles
     from daemon.summary.summarizer import Summarizer

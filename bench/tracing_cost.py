@@ -115,9 +115,9 @@ def _config(model: Path, endpoint: str | None, ratio: float | None, *, metrics: 
 
 
 async def _serve(config: Any, docs: list[Path], outbox: Path) -> dict[str, float]:
+    from daemon.folder.files import FilesSource
+    from daemon.folder.sink import FolderSink
     from daemon.service import Service
-    from daemon.sinks.folder import FolderSink
-    from daemon.sources.files import FilesSource
 
     copies = outbox.parent / "in"
     copies.mkdir()
@@ -373,7 +373,7 @@ def main() -> None:
     parser.add_argument("--endpoint", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.model is None:
-        from daemon.engine.tiny_model import build_tiny_model
+        from daemon.models.tiny import build_tiny_model
 
         args.model = build_tiny_model(Path(tempfile.gettempdir()) / "docsumd-bench-tiny-model")
     if args.child:

@@ -19,9 +19,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from daemon.config import Config, ExtractConfig, LimitsConfig
-from daemon.document.decode import Document, check_size, decode_text
+from daemon.document.decode import decode_text
+from daemon.document.types import Document
 from daemon.errors import DocumentError
-from daemon.fs.safe_read import NotRegularFileError, read_bounded
+from daemon.fs.safe_read import NotRegularFileError, check_size, read_bounded
 from daemon.summary.evidence import Part, evidence_record, link_evidence, parts_of_text
 from daemon.summary.grounding import SourceIndex, check_summary
 from daemon.summary.sentences import split_sentences
@@ -146,8 +147,8 @@ def _parts(document: Document, plan: PartsPlan) -> tuple[list[Part], dict[str, A
 def chunking_plan(config: Config) -> PartsPlan:
     """The default profile's chunking with the served model's tokenizer, or paragraphs (and why) when
     the tokenizer cannot be loaded."""
-    from daemon.engine.model_files import load_tokenizer
     from daemon.errors import ConfigError
+    from daemon.models.files import load_tokenizer
     from daemon.summary.profiles import build_profiles
 
     try:

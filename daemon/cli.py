@@ -247,7 +247,7 @@ def _check_budget(config: Config) -> None:
     """Check the model folder and tokenizer, and every profile's context budget with that tokenizer,
     as ``run`` does before the engine starts (ConfigError: exit 2). A model or tokenizer that cannot
     be loaded is a ConfigError too: ``run`` would stop on it."""
-    from daemon.engine.model_files import load_tokenizer
+    from daemon.models.files import load_tokenizer
     from daemon.summary.profiles import build_profiles
 
     if Path(config.engine.model).exists():
@@ -308,7 +308,7 @@ def _cmd_check_summary(args: argparse.Namespace) -> int:
 
 
 def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
-    from daemon.engine.tiny_model import build_tiny_model
+    from daemon.models.tiny import build_tiny_model
 
     if (args.dir / "config.json").exists() and not args.force:
         print(f"{args.dir} already holds a model (use --force to rebuild)", file=sys.stderr)
@@ -319,7 +319,7 @@ def _cmd_make_tiny_model(args: argparse.Namespace) -> int:
 
 
 def _cmd_make_demo_model(args: argparse.Namespace) -> int:
-    from daemon.engine import demo_model
+    from daemon.models import demo as demo_model
 
     def say(line: str) -> None:
         print(f"docsumd: {line}", file=sys.stderr)
@@ -440,9 +440,9 @@ async def _summarize(
 ) -> int:
     from tqdm import tqdm
 
+    from daemon.folder.files import FilesSource
+    from daemon.folder.sink import FolderSink
     from daemon.service import Service
-    from daemon.sinks.folder import FolderSink
-    from daemon.sources.files import FilesSource
     from daemon.work import WorkItem
 
     source = FilesSource(

@@ -10,7 +10,7 @@ Only the schema lives here: typed sections, their own checks, and the clear mess
 Checks that need another stage's code run where the daemon is assembled (every command, through
 :func:`daemon.cli.load_checked_config`, and again before the engine starts): the profiles (shipped
 ones merged in, instruction files read, names known) in :mod:`daemon.summary.profiles`, with the
-length rules of :mod:`daemon.summary.budget`. aiokafka's options are :mod:`daemon.kafka_client`'s.
+length rules of :mod:`daemon.summary.budget`. aiokafka's options are :mod:`daemon.kafka.client`'s.
 
 Business code receives a :class:`Config` (or one of its sections); it never reads the environment.
 """
@@ -475,8 +475,7 @@ class SummaryConfig(_Section):
         ge=0,
         description="map_reduce: the final combine step also reads the document's first this many tokens "
         "verbatim (title, parties, abstract, preamble), as far as they fit beside the part summaries; "
-        "0: part summaries only. 384 raised ROUGE-L from 0.117 to 0.137 on 8 corpus documents "
-        "(bench/RESULTS.md).",
+        '0: part summaries only (its effect on quality: bench/RESULTS.md, "summary-v3 and v4").',
     )
     max_parts: int = Field(
         default=1024,
@@ -673,7 +672,7 @@ class AdmissionConfig(_Section):
         ge=0.0,
         description="Aging: a heavy request waits behind light ones, and their waves, at most this long "
         "after its document arrived; then it goes ahead of light requests that arrived later "
-        "(formerly window_seconds).",
+        "(``window_seconds`` is read as this key).",
     )
     stage_lead_seconds: float = Field(
         default=10.0,
@@ -708,8 +707,8 @@ class ExtractConfig(_Section):
 
     enabled: bool = Field(
         default=True,
-        description="false: PDF, DOCX and ODT inputs fail as 'binary' and HTML is read as plain text, "
-        "as before docsumd read these formats; no worker is started.",
+        description="false: PDF, DOCX and ODT inputs fail as 'binary' and HTML is read as plain text; "
+        "no worker is started.",
     )
     workers: int = Field(
         default=2, ge=1, le=64, description="Worker processes, so extractions at once (one CPU core each)."
@@ -845,6 +844,14 @@ class FolderSourceConfig(_Section):
         for name, path in others.items():
             if work == path or work in path.parents or path in work.parents:
                 raise ValueError(f"work must be a folder of its own, not {name}, inside it or around it")
+
+    def profile_keys(self) -> dict[str, str]:
+        """Config key -> the profile it names, for the keys of this section that name one."""
+        return {} if self.profile is None else {"sources.folder.profile": self.profile}
+
+    def profile_uses(self, default: str) -> dict[str, str]:
+        """What this source reads -> the profile of its documents (``default``: summary.profile)."""
+        return {"sources.folder": self.profile or default}
 
 
 STATIC_SESSION_TIMEOUT_MS: Final = 300_000
@@ -1041,6 +1048,21 @@ class KafkaSourceConfig(_Section):
         """The profile of documents read from ``topic`` (None: summary.profile)."""
         return self.topic_profiles.get(topic, self.profile)
 
+    def profile_keys(self) -> dict[str, str]:
+        """Config key -> the profile it names, for the keys of this section that name one."""
+        keys = {} if self.profile is None else {"sources.kafka.profile": self.profile}
+        keys.update(
+            {f"sources.kafka.topic_profiles.{topic}": name for topic, name in self.topic_profiles.items()}
+        )
+        return keys
+
+    def profile_uses(self, default: str) -> dict[str, str]:
+        """What this source reads -> the profile of its documents (``default``: summary.profile)."""
+        return {
+            f"sources.kafka topic {topic!r}": self.profile_for(topic) or default
+            for topic in self.input_topics
+        }
+
     @model_validator(mode="after")
     def _topics_distinct(self) -> Self:
         unread = sorted(set(self.topic_profiles) - set(self.input_topics))
@@ -1075,6 +1097,10 @@ class SourcesConfig(_Section):
 
     folder: FolderSourceConfig | None = None
     kafka: KafkaSourceConfig | None = None
+
+    def present(self) -> list[FolderSourceConfig | KafkaSourceConfig]:
+        """The sections present, in declaration order."""
+        return [section for section in (self.folder, self.kafka) if section is not None]
 
 
 class MetricsConfig(_Section):

@@ -13,8 +13,8 @@ memory.
 
 **Sinks** have no protocol here: nothing but their own source calls one (the pipeline settles work
 items, :meth:`~daemon.work.WorkItem.complete` / :meth:`~daemon.work.WorkItem.fail`), and the two
-write differently: the folder sink (:mod:`daemon.sinks.folder`) a record under a file name, the
-Kafka sink (:mod:`daemon.sinks.kafka`) encoded messages, one by one or in a transaction as the
+write differently: the folder sink (:mod:`daemon.folder.sink`) a record under a file name, the
+Kafka sink (:mod:`daemon.kafka.sink`) encoded messages, one by one or in a transaction as the
 source's committer decides. What every sink owes its source, and so the item: a write returns only
 once the record is durable (file synced and renamed into place; broker acknowledged with
 ``acks=all``); otherwise it raises :class:`~daemon.errors.SinkError`, which is fatal, or

@@ -1,9 +1,10 @@
 """Sources and their sinks, and the engine, built from the config: the one place that knows every kind.
 
 Each ``[sources.NAME]`` section of the config has a builder here. Adding a source (S3, HTTP, ...)
-means: a config section in :class:`~daemon.config.SourcesConfig`, a module under ``daemon/sources/``
-(and ``daemon/sinks/`` if it writes somewhere new) that keeps the contracts of
-:mod:`daemon.contracts`, and one entry in :data:`BUILDERS`.
+means: a config section in :class:`~daemon.config.SourcesConfig` (saying which profiles it names:
+``profile_keys`` and ``profile_uses``), a package of its own beside ``daemon/folder/`` and
+``daemon/kafka/`` holding its source and sink, that keeps the contracts of :mod:`daemon.contracts`,
+and one entry in :data:`BUILDERS`.
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ log = get_logger(__name__)
 
 def build_folder(section: FolderSourceConfig, config: Config) -> Source:
     """The watched folder, writing to its outbox and failed folders."""
-    from daemon.sinks.folder import FolderSink
-    from daemon.sources.folder import FolderSource
+    from daemon.folder.sink import FolderSink
+    from daemon.folder.source import FolderSource
 
     sink = FolderSink(section.outbox, section.failed, io_timeout=section.io_timeout_seconds)
     return FolderSource(section, sink, max_input_bytes=config.limits.max_input_bytes)
@@ -31,9 +32,9 @@ def build_folder(section: FolderSourceConfig, config: Config) -> Source:
 def build_kafka(section: KafkaSourceConfig, config: Config) -> Source:
     """The Kafka consumer group, writing results and dead letters back to Kafka."""
     # Imported here: aiokafka is loaded only by daemons that read Kafka.
-    from daemon.sinks.kafka import KafkaSink
-    from daemon.sources.kafka import KafkaSource
-    from daemon.sources.kafka.membership import group_instance_id, why_dynamic
+    from daemon.kafka import KafkaSource
+    from daemon.kafka.membership import group_instance_id, why_dynamic
+    from daemon.kafka.sink import KafkaSink
 
     member = group_instance_id(section, config.metrics, socket.gethostname())
     if member is None and section.static_membership:

@@ -40,13 +40,13 @@ from pydantic import ConfigDict, Field, with_config
 from typing_extensions import TypedDict
 
 from daemon import __version__
-from daemon.document.layout import Format
+from daemon.document.types import Format
 from daemon.errors import Reason
 from daemon.fs.names import is_utf8
 from daemon.typing import Strategy
 
 if TYPE_CHECKING:
-    from daemon.document.decode import Document
+    from daemon.document.types import Document
     from daemon.errors import DocumentError
 
 Record = dict[str, Any]
@@ -107,7 +107,7 @@ class Summary:
     """Where in the document each request's text came from, in order: for a staged summary one entry
     per part, else the one span (two for ``head_tail``) that was read. Each has ``part``, ``chars``
     (``[start, end)`` in the document's text) and, for documents with a layout, ``pages`` and/or
-    ``section``/``headings`` (:meth:`~daemon.document.layout.Layout.source_of`)."""
+    ``section``/``headings`` (:meth:`~daemon.document.types.Layout.source_of`)."""
 
     checks: dict[str, Any] | None = None
     """The grounding check of the summary (:class:`SummaryChecks`), None where none ran."""

@@ -38,15 +38,15 @@ from daemon.contracts import (
     Source,
     TroubledSource,
 )
-from daemon.document.layout import ExtractLimits
 from daemon.document.reader import DocumentReader
-from daemon.document.sandbox import SandboxLimits
+from daemon.document.sandbox.pool import SandboxLimits
+from daemon.document.types import ExtractLimits
 from daemon.engine.admission import AdmissionControl, admission_for_engine, admission_limits
-from daemon.engine.byte_budget import ByteBudget, Holding
-from daemon.engine.model_files import load_tokenizer
-from daemon.engine.progress import ProgressWatch
 from daemon.errors import EngineDeadError, FatalError, SinkError
 from daemon.factory import build_engine, build_sources
+from daemon.intake.byte_budget import ByteBudget, Holding
+from daemon.intake.progress import ProgressWatch
+from daemon.models.files import load_tokenizer
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import ENGINE_STARTING, ENGINE_UP, INFLIGHT, QUEUED, READY, MetricsServer
 from daemon.ops.notify import SystemdNotifier
@@ -162,7 +162,7 @@ class Service:
     def healthy(self) -> bool:
         """Process alive, engine not dead (a starting engine counts as healthy), some server taking
         work (remote mode), and work moving: with documents in flight or waiting, one finished or an
-        engine request completed within ``service.stall_seconds`` (:mod:`daemon.engine.progress`)."""
+        engine request completed within ``service.stall_seconds`` (:mod:`daemon.intake.progress`)."""
         return self._engine_problem() is None and self._alive()
 
     def _alive(self) -> bool:

@@ -19,7 +19,7 @@ from tests.redis_server import RedisServer, free_port, redis_binary
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The project's own tiny random-weight model with its tokenizer (no download), built once per session."""
-    from daemon.engine.tiny_model import build_tiny_model
+    from daemon.models.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
@@ -34,7 +34,7 @@ def demo_model() -> Path:
     """
     import os
 
-    from daemon.engine import demo_model as demo
+    from daemon.models import demo
 
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "docsumd-tests"
     target = cache / f"smollm2-{demo.GGUF_SHA256[:12]}-{demo.SAFETENSORS_SHA256[:12]}"

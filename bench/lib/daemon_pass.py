@@ -295,7 +295,7 @@ async def serve_async(run_config: Config, expected: int, run: DaemonRun, engine:
 
 class RssSampler:
     """Peak RSS of this process and its children (EngineCore, workers), sampled every 0.2 s; apart,
-    the extraction workers' (``daemon.document.worker``): their peak together and the largest one's,
+    the extraction workers' (``daemon.document.sandbox.worker``): their peak together and the largest one's,
     and their CPU seconds (each worker's last reading; a worker replaced between two samples loses at
     most 0.2 s of its own)."""
 
@@ -323,7 +323,7 @@ class RssSampler:
 
     def _is_worker(self, process: psutil.Process) -> bool:
         if process.pid not in self._kinds:
-            self._kinds[process.pid] = "daemon.document.worker" in process.cmdline()
+            self._kinds[process.pid] = "daemon.document.sandbox.worker" in process.cmdline()
         return self._kinds[process.pid]
 
     def _sample(self) -> None:

@@ -47,14 +47,11 @@ from __future__ import annotations
 
 import codecs
 import hashlib
-import os
-from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Final
 
-from daemon.document.layout import NO_LAYOUT, Format, Layout
+from daemon.document.types import Document
 from daemon.errors import DocumentError
-from daemon.ops.fd_exhaustion import is_fd_exhaustion, retry_on_fd_exhaustion
+from daemon.fs.safe_read import check_size
 
 # Byte-order marks, longest first (the UTF-32 LE BOM starts with the UTF-16 LE one).
 _BOMS: Final = (
@@ -94,62 +91,9 @@ def too_many_control_bytes(head: bytes) -> int | None:
     return control if control > _BINARY_CONTROL_RATIO * len(head) else None
 
 
-@dataclass(frozen=True, slots=True)
-class Document:
-    """A checked document: text ready to summarize, with where it came from."""
-
-    id: str
-    text: str
-    source: str
-    sha256: str
-    size_bytes: int
-    encoding: str
-    metadata: dict[str, Any] = field(default_factory=dict)
-    format: Format = Format.TEXT
-    """The format its bytes were read as (detected from them: :mod:`daemon.document.formats`)."""
-    layout: Layout = NO_LAYOUT
-    """Where its pages and headings start in ``text`` (the provenance of a staged summary's parts)."""
-    extraction: dict[str, Any] = field(default_factory=dict)
-    """What extraction recorded (pages, extractor); empty for text formats."""
-
-
 def sha256_hex(data: bytes) -> str:
     """The SHA-256 of ``data`` as lowercase hex (results and failure records carry it)."""
     return hashlib.sha256(data).hexdigest()
-
-
-def check_size(size_bytes: int, max_input_bytes: int) -> None:
-    """Refuse a size before reading it. Raises DocumentError('too_large' or 'empty')."""
-    if size_bytes > max_input_bytes:
-        raise DocumentError(
-            "too_large",
-            f"input is {size_bytes} bytes, over the limit of {max_input_bytes} bytes "
-            "(limits.max_input_bytes)",
-        )
-    if size_bytes == 0:
-        raise DocumentError("empty", "input is empty (0 bytes)")
-
-
-async def read_input_file(path: Path, max_input_bytes: int) -> bytes:
-    """Read a file's bytes, refusing one over the limit before reading it into memory. Out of file
-    descriptors, it waits and tries again (:mod:`daemon.ops.fd_exhaustion`): that is not the input's fault."""
-    return await retry_on_fd_exhaustion(
-        lambda: _read_input_file(path, max_input_bytes), where="reading an input"
-    )
-
-
-def _read_input_file(path: Path, max_input_bytes: int) -> bytes:
-    try:
-        with path.open("rb") as stream:
-            check_size(os.fstat(stream.fileno()).st_size, max_input_bytes)
-            # Read at most one byte past the limit: a file that grew since the check is still refused.
-            data = stream.read(max_input_bytes + 1)
-    except OSError as exc:
-        if is_fd_exhaustion(exc):
-            raise  # retried by the caller, never the document's failure
-        raise DocumentError("unreadable", f"cannot read the input: {exc.strerror or exc}") from exc
-    check_size(len(data), max_input_bytes)
-    return data
 
 
 def max_text_bytes(data: bytes) -> int:

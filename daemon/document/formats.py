@@ -13,7 +13,7 @@ By content first, looking only at a bounded prefix (and, for a ZIP, at its centr
   XLSX without the password, and "encrypted" is the right answer for both); other OLE2 files
   (legacy ``.doc``) are not read (None);
 * other known binary signatures, or too many control bytes, are not text (None: decoding then
-  refuses them as ``binary``, as before);
+  refuses them as ``binary``);
 * text is HTML when, after a byte-order mark, whitespace, comments and an XML declaration, it opens
   with a document type or a tag the WHATWG MIME-sniffing rules list; Markdown or reStructuredText
   when it has those formats' headings and marks (:mod:`daemon.document.extract.markup`), counted
@@ -32,9 +32,7 @@ import enum
 import re
 from typing import Final
 
-from daemon.document.decode import too_many_control_bytes
-from daemon.document.extract.markup import MarkdownScan, RstScan, scan_markdown, scan_rst
-from daemon.document.extract.office import (
+from daemon.document.containers import (
     OLE2_MAGIC,
     is_encrypted_ooxml,
     is_odt_mimetype,
@@ -42,7 +40,9 @@ from daemon.document.extract.office import (
     stored_prefix,
     zip_entries,
 )
-from daemon.document.layout import Format
+from daemon.document.decode import too_many_control_bytes
+from daemon.document.extract.markup import MarkdownScan, RstScan, scan_markdown, scan_rst
+from daemon.document.types import Format
 
 _SNIFF_BYTES: Final = 64 * 1024
 _PDF_LEAD: Final = 1024

@@ -7,11 +7,11 @@ detect_format`; a file name or a Kafka ``content-type`` is a hint only), then:
   (:func:`~daemon.document.decode.decode_text`); Markdown and reST headings are found in the text,
   which is not changed;
 * PDF, DOCX, ODT and HTML go to the sandboxed extraction workers
-  (:class:`~daemon.document.sandbox.ExtractionPool`), and the text they return passes the checks
+  (:class:`~daemon.document.sandbox.pool.ExtractionPool`), and the text they return passes the checks
   every text passes (size as UTF-8, NUL characters, whitespace only).
 
-With ``extract.enabled = false`` no worker starts and every input is decoded as text, as before
-docsumd read these formats: PDF, DOCX and ODT fail as ``binary``, HTML is read with its tags.
+With ``extract.enabled = false`` no worker starts and every input is decoded as text: PDF, DOCX
+and ODT fail as ``binary``, HTML is read with its tags.
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import Any, Final, Self
 
-from daemon.document.decode import Document, check_text, decode_document, max_text_bytes, sha256_hex
+from daemon.document.decode import check_text, decode_document, max_text_bytes, sha256_hex
 from daemon.document.extract import text_layout
 from daemon.document.extract.markup import replace_each
 from daemon.document.formats import detect_format
-from daemon.document.layout import EXTRACTED_FORMATS, Extracted, ExtractLimits, Format, utf8_size
-from daemon.document.sandbox import ExtractionPool, SandboxLimits
+from daemon.document.sandbox.pool import ExtractionPool, SandboxLimits
+from daemon.document.types import EXTRACTED_FORMATS, Document, Extracted, ExtractLimits, Format, utf8_size
 from daemon.errors import DocumentError
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import DOCUMENT_FORMATS, EXTRACTED_PAGES, EXTRACTION_SECONDS, EXTRACTIONS
@@ -52,7 +52,7 @@ def clean_extracted(text: str) -> str:
 Room = Callable[[int], Awaitable[None]]
 """Told how many bytes a document being read holds from now on (:meth:`DocumentReader.read`), and
 returns once there is room for them: the service's byte budget
-(:meth:`daemon.engine.byte_budget.Holding.hold_text`)."""
+(:meth:`daemon.intake.byte_budget.Holding.hold_text`)."""
 
 
 class DocumentReader:
@@ -66,7 +66,7 @@ class DocumentReader:
         extract: ExtractLimits | None = None,
     ) -> None:
         """``max_input_bytes`` bounds the input and, as UTF-8, the text extracted from it; ``sandbox``
-        None turns extraction off (no worker; every input is decoded as text, as before)."""
+        None turns extraction off (no worker; every input is decoded as text)."""
         self.max_input_bytes = max_input_bytes
         self.extract_limits = dataclasses.replace(extract or ExtractLimits(), max_text_bytes=max_input_bytes)
         self.pool: ExtractionPool | None = (
@@ -113,7 +113,7 @@ class DocumentReader:
         """The format ``data`` will be read as (None: not a format docsumd reads; decoding refuses it)."""
         detected = detect_format(data, hint)
         if self.pool is None and detected in EXTRACTED_FORMATS:
-            return None  # read as before: decode_text refuses the binary ones, reads HTML as text
+            return None  # decode_text refuses the binary ones, reads HTML as text
         return detected
 
     async def read(
@@ -157,7 +157,7 @@ class DocumentReader:
         """The most bytes the text read from ``data`` as ``fmt`` can take as UTF-8 (never fewer than
         ``data``'s): what it may hold in the main process, counted before it is built. Extracted
         text (PDF, DOCX, ODT, HTML) is capped per input by its size
-        (:meth:`~daemon.document.layout.ExtractLimits.text_cap`); decoded text by its encoding."""
+        (:meth:`~daemon.document.types.ExtractLimits.text_cap`); decoded text by its encoding."""
         if self.pool is not None and fmt in EXTRACTED_FORMATS:
             return max(len(data), self.extract_limits.text_cap(len(data)).max_bytes)
         return max(len(data), max_text_bytes(data))

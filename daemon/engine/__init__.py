@@ -1,2 +1,2 @@
-"""The engine stage: vLLM itself, the processes it starts, admission, the byte budget, and the
-progress watch (a daemon that has work and finishes nothing is wedged)."""
+"""The engine stage: vLLM itself, its arguments, the processes it starts (and their reaper), and
+admission."""

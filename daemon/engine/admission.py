@@ -2,8 +2,8 @@
 
 vLLM serves the requests it holds first come, first served, and every engine step carries the
 decoding of every running request plus up to ``max_num_batched_tokens`` of prompt (prefill). A step
-with a full prefill chunk takes tens of times longer than a step that only decodes (on one H200 with
-a 7B model about 0.45 s against 10-20 ms), and a summary needs hundreds of decoding steps. So a short
+with a full prefill chunk takes tens of times longer than a step that only decodes, and a summary
+needs hundreds of decoding steps (``bench/RESULTS.md``, "the mechanism, and why"). So a short
 document whose decoding shares its steps with the prefill of long documents takes as long as the
 long ones; one whose decoding runs in light steps is done in seconds. :class:`Admission` sits in
 front of the engine and decides what vLLM holds, in five rules:
@@ -18,8 +18,8 @@ front of the engine and decides what vLLM holds, in five rules:
    ``follow_up``) counts as having arrived ``stage_lead_seconds`` earlier: the last requests of a
    backlog are then ones that end their documents, not parts whose combine steps would decode
    alone after everything else, and a document in stages starts about one request's time sooner
-   than its neighbours, which it needs to end with them (on the H200, a 400-document backlog took
-   about 60 fewer decode-only steps, 0.3% of its time: bench/RESULTS.md).
+   than its neighbours, which it needs to end with them (``bench/RESULTS.md``, "batched claims and
+   the stage lead").
 3. **A short prefill queue.** A request is admitted only while the prompt tokens the engine holds
    but has not prefilled yet stay within ``prefill_tokens`` (by default six engine steps),
    counting the new one; the engine reports when a request's prefill is done
@@ -31,10 +31,8 @@ front of the engine and decides what vLLM holds, in five rules:
    one after another), and vLLM prefills in the order it received, so each heavy request admitted
    between two light ones delays every later light request by its prefill. At the start of a
    backlog the first light requests otherwise found the queue filled with three or four steps of
-   long documents (the first ones read) before the rest of the short ones arrived. On the H200 the
-   one-step queue took the short documents' median from 0.240-0.264x of FIFO's to 0.223-0.247x, at
-   0-0.4% of throughput; the model gives 0.2-0.4% less throughput in a stream that keeps the engine
-   busy (bench/RESULTS.md). Where vLLM schedules by priority
+   long documents (the first ones read) before the rest of the short ones arrived
+   (``bench/RESULTS.md``, "the short queue beside light requests"). Where vLLM schedules by priority
    (``[engine.extra] scheduling_policy = "priority"``, ``light_overtakes``), a heavy request that
    is not aged goes in with a lower priority (:attr:`SlotHandle.priority`), so light requests
    admitted after it still go first among what waits there, and a light request's prefill queue
@@ -42,21 +40,21 @@ front of the engine and decides what vLLM holds, in five rules:
    idle engine's first steps, and fill its prefill queue, while the short ones are still being read.
 4. **Light waves.** When at least ``wave_min_requests`` light requests that are not combine steps
    are in the engine, heavy requests wait until fewer are: those light requests decode in light
-   steps instead of crawling beside long prefills. A wave costs throughput (its decode-only steps
-   do little work next to a prefill step), which is worth paying for requests that are a whole
-   document, whose latency is their decoding; a combine step ends a document that has already
-   waited for the prefill of all its parts, so a wave would save it a small part of its latency at
-   the same cost. Combine steps therefore join waves (and go first) but do not make one: on a CPU
-   engine, where only combine steps were light, their waves cost 1-3% of throughput for no gain
-   (bench/RESULTS.md). Light requests join a wave while it is forming (one of its requests still
-   prefilling); once all of them decode, later light requests wait for the next wave while heavy
-   requests wait too (their prefill would slow every decoding step, and the wave that ends sooner
-   lets the heavy work resume sooner; with no heavy request waiting they join whenever there is
-   room, as in plain continuous batching). When more light requests wait than one wave can hold
-   (``max_requests``), they are split into the fewest waves, the first ones a little fuller than
-   an even split (``wave_max_requests`` caps a wave's size instead). Fewer light requests than
-   ``wave_min_requests`` are not worth a light phase (its cost is the steps' fixed overhead, the
-   same for 1 request or 200): they run beside heavy work.
+   steps instead of crawling beside long prefills. A wave costs throughput (its decode-only steps do
+   little work next to a prefill step), which is worth paying for requests that are a whole
+   document, whose latency is their decoding; a combine step ends a document that has already waited
+   for the prefill of all its parts, so a wave would save it a small part of its latency at the same
+   cost. Combine steps therefore join waves (and go first) but do not make one: on a CPU engine,
+   where only combine steps were light, their waves cost throughput for no gain
+   (``bench/RESULTS.md``, "issue 13's admission on the CPU"). Light requests join a wave while it is
+   forming (one of its requests still prefilling); once all of them decode, later light requests
+   wait for the next wave while heavy requests wait too (their prefill would slow every decoding
+   step, and the wave that ends sooner lets the heavy work resume sooner; with no heavy request
+   waiting they join whenever there is room, as in plain continuous batching). When more light
+   requests wait than one wave can hold (``max_requests``), they are split into the fewest waves,
+   the first ones a little fuller than an even split (``wave_max_requests`` caps a wave's size
+   instead). Fewer light requests than ``wave_min_requests`` are not worth a light phase (its cost
+   is the steps' fixed overhead, the same for 1 request or 200): they run beside heavy work.
 5. **Aging.** A heavy request that waited ``aging_seconds`` is admitted ahead of light requests
    that arrived after it, wave or not (within the bounds and the prefill queue), so heavy documents
    never starve under a steady stream of light ones.
@@ -99,10 +97,8 @@ _PREFILL_QUEUE_STEPS: Final = 6
 """The default prefill queue, in engine steps. A request admitted on a prefill-done event runs about
 three steps after the step that freed its room (vLLM plans a step while the one before runs, and the
 event reaches the daemon after its step), and a queue counts a request's whole prompt until its
-prefill is done. On the H200 a pass had 14-20 prefill steps short of prompt tokens with four steps,
-3-9 with six, at the same latency; throughput moved by -0.5% to +1.0% against four in the same
-call, within the noise (two steps: 0.96 of FIFO's throughput against 0.987 with four;
-bench/RESULTS.md)."""
+prefill is done. Six steps left the engine fewer steps short of prompt tokens than four, at the
+same latency and throughput (``bench/RESULTS.md``, "a six-step prefill queue")."""
 _FIRST_WAVES_SHARE: Final = 1.25
 """When light requests need several waves, the earlier waves are this much larger than an even split."""
 

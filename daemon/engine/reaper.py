@@ -7,7 +7,7 @@ and a thread does not run once the interpreter is in its shutdown: a worker stuc
 ``kill -9`` of the main process by minutes, holding its memory (GPU memory on a GPU host) and,
 through the descriptor it inherited, multiprocessing's resource tracker.
 
-So each engine process arms ``PR_SET_PDEATHSIG`` (SIGKILL) for itself (:mod:`daemon.parent_death`):
+So each engine process arms ``PR_SET_PDEATHSIG`` (SIGKILL) for itself (:mod:`daemon.ops.parent_death`):
 the kernel kills EngineCore the moment its parent goes, and each worker the moment EngineCore goes,
 stuck or not. How it gets into processes that vLLM starts: the Process target vLLM pickles for
 EngineCore is ``EngineCoreProc.run_engine_core``, looked up when the engine is built. While
@@ -31,7 +31,7 @@ also blocked in the thread that starts them
 (:func:`daemon.engine.vllm_engine._signals_blocked_in_new_processes`), which covers a vLLM whose
 targets this module cannot wrap.
 
-This module imports only the standard library (and :mod:`daemon.parent_death`) at import time:
+This module imports only the standard library (and :mod:`daemon.ops.parent_death`) at import time:
 engine processes import it first.
 """
 
@@ -50,7 +50,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from daemon import parent_death
+from daemon.ops import parent_death
 
 T = TypeVar("T")
 
@@ -187,7 +187,7 @@ def engine_processes_watched(warn: Callable[[str], None]) -> Iterator[bool]:
 
 class ParentThread:
     """A thread to start processes from, that lives until :meth:`close`: a process that arms the
-    parent-death signal dies when the thread that started it ends (see :mod:`daemon.parent_death`),
+    parent-death signal dies when the thread that started it ends (see :mod:`daemon.ops.parent_death`),
     so that thread must outlive it. Ending it (:meth:`close`) kills every such process it started.
 
     Jobs run one at a time, in order. A daemon thread: at interpreter exit it ends with the process.

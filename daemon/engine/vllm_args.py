@@ -119,9 +119,8 @@ def resolve_dtype(dtype: str, cpu_flags: frozenset[str] | None) -> str:
 
     ``"auto"`` is the model's dtype, except on an x86 CPU engine (``cpu_flags``: that CPU's flags;
     None for any other engine) without bf16 instructions, where it is float32: vLLM's CPU linear
-    layers then fall back to a naive bf16 path, and float32 ran 3.36x bf16's documents per second
-    with the demo model (bench/results/2026-12-03_cpu2_compare_smollm2-dtype.json). Any other value
-    is kept."""
+    layers then fall back to a naive bf16 path, much slower than float32 with the demo model
+    (``bench/RESULTS.md``, the CPU dtype section). Any other value is kept."""
     if dtype == "auto" and cpu_flags is not None and not cpu_flags & BF16_CPU_FLAGS:
         return "float32"
     return dtype

@@ -48,7 +48,6 @@ from daemon.config import EngineConfig
 from daemon.contracts import Generation, Sampling
 from daemon.engine import reaper
 from daemon.engine.backoff import Backoff
-from daemon.engine.model_files import check_model_files
 from daemon.engine.vllm_args import (
     VllmArguments,
     check_engine_config,
@@ -60,6 +59,7 @@ from daemon.engine.vllm_args import (
 )
 from daemon.errors import ConfigError, EngineDeadError, EngineError, RequestError
 from daemon.lifecycle import Lifecycle
+from daemon.models.files import check_model_files
 from daemon.ops import tracing
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import ENGINE_REJECTIONS, ENGINE_UP
@@ -191,7 +191,7 @@ class Engine(Lifecycle):
         """Build the engine (seconds to minutes: weights load, KV cache is allocated, workers start).
 
         Raises :class:`~daemon.errors.ConfigError` for a model folder that does not exist or cannot be
-        used (:func:`~daemon.engine.model_files.check_model_files`), and
+        used (:func:`~daemon.models.files.check_model_files`), and
         :class:`EngineDeadError` if vLLM fails to start.
         """
         if self._llm is not None:

@@ -19,9 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from daemon.document.decode import check_size
 from daemon.errors import DocumentError
-from daemon.ops.fd_exhaustion import is_fd_exhaustion
+from daemon.ops.fd_exhaustion import is_fd_exhaustion, retry_on_fd_exhaustion
 
 _OPEN_FLAGS: Final = (
     os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
@@ -129,3 +128,37 @@ def _read_up_to(fd: int, count: int, *, expected: int) -> bytes:
         left -= len(chunk)
         size = _READ_CHUNK
     return parts[0] if len(parts) == 1 else b"".join(parts)
+
+
+def check_size(size_bytes: int, max_input_bytes: int) -> None:
+    """Refuse a size before reading it. Raises DocumentError('too_large' or 'empty')."""
+    if size_bytes > max_input_bytes:
+        raise DocumentError(
+            "too_large",
+            f"input is {size_bytes} bytes, over the limit of {max_input_bytes} bytes "
+            "(limits.max_input_bytes)",
+        )
+    if size_bytes == 0:
+        raise DocumentError("empty", "input is empty (0 bytes)")
+
+
+async def read_input_file(path: Path, max_input_bytes: int) -> bytes:
+    """Read a file's bytes, refusing one over the limit before reading it into memory. Out of file
+    descriptors, it waits and tries again (:mod:`daemon.ops.fd_exhaustion`): that is not the input's fault."""
+    return await retry_on_fd_exhaustion(
+        lambda: _read_input_file(path, max_input_bytes), where="reading an input"
+    )
+
+
+def _read_input_file(path: Path, max_input_bytes: int) -> bytes:
+    try:
+        with path.open("rb") as stream:
+            check_size(os.fstat(stream.fileno()).st_size, max_input_bytes)
+            # Read at most one byte past the limit: a file that grew since the check is still refused.
+            data = stream.read(max_input_bytes + 1)
+    except OSError as exc:
+        if is_fd_exhaustion(exc):
+            raise  # retried by the caller, never the document's failure
+        raise DocumentError("unreadable", f"cannot read the input: {exc.strerror or exc}") from exc
+    check_size(len(data), max_input_bytes)
+    return data

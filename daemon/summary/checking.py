@@ -34,7 +34,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from daemon.document.layout import Layout
+from daemon.document.types import Layout
 from daemon.summary.evidence import Part, SentenceEvidence, Step, link_evidence, parts_of_text
 from daemon.summary.grounding import Checks, Item, SourceIndex, check_summary
 from daemon.summary.sentences import split_sentences

@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from daemon.document.layout import NO_LAYOUT, Layout
+from daemon.document.types import NO_LAYOUT, Layout
 from daemon.summary.chunking import SEPARATOR_LEVELS
 from daemon.summary.sentences import Sentence, split_sentences
 

@@ -360,27 +360,17 @@ def _check_known(config: Config, known: list[str]) -> None:
 def profile_users(config: Config) -> dict[str, str]:
     """Config key -> the profile it names: the default, and each source's (or topic's) own."""
     users = {"summary.profile": config.summary.profile}
-    folder, kafka = config.sources.folder, config.sources.kafka
-    if folder is not None and folder.profile is not None:
-        users["sources.folder.profile"] = folder.profile
-    if kafka is not None:
-        if kafka.profile is not None:
-            users["sources.kafka.profile"] = kafka.profile
-        for topic, name in kafka.topic_profiles.items():
-            users[f"sources.kafka.topic_profiles.{topic}"] = name
+    for section in config.sources.present():
+        users.update(section.profile_keys())
     return users
 
 
 def source_profiles(config: Config) -> dict[str, str]:
     """Each configured source (each Kafka input topic) -> the profile of its documents, unless a
     document's options ask for another."""
-    default = config.summary.profile
     uses: dict[str, str] = {}
-    if config.sources.folder is not None:
-        uses["sources.folder"] = config.sources.folder.profile or default
-    if config.sources.kafka is not None:
-        for topic in config.sources.kafka.input_topics:
-            uses[f"sources.kafka topic {topic!r}"] = config.sources.kafka.profile_for(topic) or default
+    for section in config.sources.present():
+        uses.update(section.profile_uses(config.summary.profile))
     return uses
 
 
@@ -418,7 +408,7 @@ def build_profiles(
     config: Config, tokenizer: ChatTokenizer, *, cache_block_tokens: int | None = None
 ) -> Profiles:
     """Every profile of ``config`` (:func:`resolve_profiles`, with its checks) with the served model's
-    ``tokenizer`` (from :func:`daemon.engine.model_files.load_tokenizer`). Raises
+    ``tokenizer`` (from :func:`daemon.models.files.load_tokenizer`). Raises
     :class:`~daemon.errors.ConfigError` naming the profile and the key to change if the budget of one
     cannot work; call it before the engine starts, and again with the engine's KV block size
     (``cache_block_tokens``) once it runs, so that prompt prefixes fill whole blocks."""

@@ -1,6 +1,7 @@
 """Sentences of a summary or a document, with where each one is in the text: the one splitter that
-the grounding check, the evidence, the extractive ranking and the quality benchmark's ROUGE-Lsum share,
-so that "sentence 3" means the same thing in all of them.
+the grounding check, the evidence, the extractive ranking and the quality benchmark's
+sentence-level overlap score (rouge-score's ``rougeLsum``) share, so that "sentence 3" means the
+same thing in all of them.
 
 Rules, in order:
 
@@ -16,7 +17,7 @@ Rules, in order:
 * a block without a letter or digit (``***``, ``---``) is no sentence.
 
 A sentence's ``text`` is its characters with runs of whitespace made one space (it never holds a line
-break, which is what ROUGE-Lsum's newline-split sentences need); ``start`` and ``end`` are its
+break, which is what ``rougeLsum``'s newline-split sentences need); ``start`` and ``end`` are its
 character range in the text as given.
 """
 
@@ -73,7 +74,7 @@ def split_sentences(text: str) -> list[Sentence]:
 
 
 def sentence_per_line(text: str) -> str:
-    """``text`` with one sentence a line: what ROUGE-Lsum (``rougeLsum`` of rouge-score) reads."""
+    """``text`` with one sentence a line: what rouge-score's ``rougeLsum`` reads."""
     return "\n".join(sentence.text for sentence in split_sentences(text))
 
 

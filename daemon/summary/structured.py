@@ -62,9 +62,9 @@ MAX_SCHEMA_FILE_BYTES: Final = 256 << 10
 CHARS_PER_TOKEN: Final = 3
 """How many characters of the longest valid output one token of the summary length is counted for.
 A sizing rule for the schema, not a bound: a token can be a single byte, and the demo model's valid
-records ran at 1.8-2.8 characters a token (bench/structured.py records it: they are full of digits
-and underscores). Those records stopped far below their length (66-299 of 512-600 tokens); an output
-that does run out of tokens is cut off, retried, and ends as ``invalid_output``, never lost."""
+records, full of digits and underscores, ran below this (``bench/structured.py`` records it) while
+stopping far below their length; an output that does run out of tokens is cut off, retried, and ends
+as ``invalid_output``, never lost."""
 NUMBER_CHARS: Final = 24
 """What a ``number`` (or an ``integer`` without both ``minimum`` and ``maximum``) counts for in the
 longest output: the grammar does not bound its digits, so this is a convention, not a bound."""

@@ -27,14 +27,13 @@ import asyncio
 import dataclasses
 import functools
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from daemon.config import SummaryConfig
 from daemon.contracts import EngineClient, Generation, Sampling
-from daemon.document.decode import Document
-from daemon.document.layout import Layout
+from daemon.document.types import Document, Layout
 from daemon.engine.admission import AdmissionControl
 from daemon.errors import DocumentError, RequestError
 from daemon.ops import pending, tracing
@@ -56,6 +55,7 @@ from daemon.summary.profiles import Profile, Profiles
 from daemon.summary.prompts import PROMPT_VERSION, ChatTokenizer, PromptKind
 from daemon.summary.structured import RETRY_MIN_TEMPERATURE, Accepted, InvalidOutput
 from daemon.summary.tidy import tidy
+from daemon.typing import Strategy
 
 T = TypeVar("T")
 
@@ -66,6 +66,30 @@ _OPENING_END: Final = "\n[...]\n\n"
 _MIN_OPENING_TOKENS: Final = 32
 
 
+_Kept = tuple[list[int], list[tuple[int, int]], int]
+Cut = Callable[[TokenizedText, int, list[int]], _Kept]
+"""How a strategy that sends one request keeps part of a long document: from the document's tokens,
+the room of one request and the gap marker's ids, the ids sent, the character spans of the text
+they cover, and how many of the document's own tokens they hold."""
+
+
+def _cut_head(
+    tokens: TokenizedText, room: int, gap_ids: list[int]
+) -> tuple[list[int], list[tuple[int, int]], int]:
+    kept = head_ids(tokens, room)
+    return kept, [(0, tokens.char_at(room))], len(kept)
+
+
+def _cut_head_tail(tokens: TokenizedText, room: int, gap_ids: list[int]) -> _Kept:
+    kept = head_tail_ids(tokens, room, gap_ids)
+    return kept, head_tail_spans(tokens, room - len(gap_ids)), len(kept) - len(gap_ids)
+
+
+CUTS: Final[dict[Strategy, Cut]] = {"head": _cut_head, "head_tail": _cut_head_tail}
+"""The strategies that send one request with part of a long document; every other strategy
+(``map_reduce``) summarizes it in stages."""
+
+
 @dataclass(frozen=True, slots=True)
 class _Plan:
     """What one document asks for, after options and its profile's defaults."""
@@ -73,7 +97,7 @@ class _Plan:
     profile: Profile
     max_tokens: int
     style: Any
-    strategy: str
+    strategy: Strategy
 
 
 class _DocumentRun:
@@ -477,22 +501,15 @@ class Summarizer:
                 dropped=0,
                 spans=whole,
             )
-        if plan.strategy == "map_reduce":
+        cut = CUTS.get(plan.strategy)
+        if cut is None:
             run.index_source([(0, len(tokens.text))])
             return await self._map_reduce(run, tokens, plan)
-        kept = (
-            head_ids(tokens, room) if plan.strategy == "head" else head_tail_ids(tokens, room, self._gap_ids)
-        )
-        spans = (
-            [(0, tokens.char_at(room))]
-            if plan.strategy == "head"
-            else head_tail_spans(tokens, room - len(self._gap_ids))
-        )
-        run.index_source(spans)
+        kept, spans, kept_tokens = cut(tokens, room, self._gap_ids)
+        run.index_source(list(spans))
         final = await run.finish_checked(
             PromptKind.DOCUMENT, kept, plan=plan, parts=passages(document.text, document.layout, spans)
         )
-        kept_tokens = len(kept) - (len(self._gap_ids) if plan.strategy == "head_tail" else 0)
         return run.summary(
             final,
             plan=plan,

@@ -1,4 +1,4 @@
-"""Extraction targets for the sandboxed worker pool's tests (tests/unit/test_sandbox.py).
+"""Extraction targets for the sandboxed worker pool's tests (tests/unit/document/test_sandbox.py).
 
 Each is an ``extract(data, fmt, limits) -> Extracted`` that a real worker process imports instead of
 the real extractor (``ExtractionPool(..., target="tests.doubles.extract_targets:echo")``), and
@@ -8,7 +8,7 @@ behaves well or misbehaves in one way: a hostile file's effect, played on purpos
 of :data:`SCRIPT`), so that one pool meets every failure in turn and shows that the next document
 still works: ``await pool.extract(b"segfault", Format.PDF)``.
 
-This module runs in the worker: standard library and :mod:`daemon.document.layout` only.
+This module runs in the worker: standard library and :mod:`daemon.document.types` only.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Final
 
-from daemon.document.layout import Extracted, ExtractLimits, Format, Heading, Layout
+from daemon.document.types import Extracted, ExtractLimits, Format, Heading, Layout
 from daemon.errors import DocumentError
 
 Target = Callable[[bytes, Format, ExtractLimits], Extracted]

@@ -1,8 +1,8 @@
 """Kafka's doubles, for unit tests without a broker (the broker path is tests/e2e/).
 
-For the committer (daemon.sources.kafka.committer talks to them through its small protocols):
+For the committer (daemon.kafka.committer talks to them through its small protocols):
 :class:`FakeConsumer` (the consumer's commit) and :class:`FakeSink` (the sink's send and transaction),
-with :class:`RefusingSink` refusing large records. For the sink itself (daemon.sinks.kafka):
+with :class:`RefusingSink` refusing large records. For the sink itself (daemon.kafka.sink):
 :class:`FakeProducer` (a started producer whose sends fail as scripted), :class:`ScriptedSink` (the
 real sink, given scripted producers instead of connecting) and :class:`RecordingProducer` (in place
 of ``aiokafka.AIOKafkaProducer``, remembering the options it was made with).
@@ -15,8 +15,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from daemon.config import KafkaSourceConfig
+from daemon.kafka.sink import KafkaSink, Output, RecordTooLargeError
 from daemon.records import Headers
-from daemon.sinks.kafka import KafkaSink, Output, RecordTooLargeError
 
 
 def kafka_config(**overrides: object) -> KafkaSourceConfig:

@@ -78,7 +78,7 @@ def _name(process: psutil.Process) -> str:
         name = process.name()
     except psutil.Error:
         return "?"
-    if "daemon.document.worker" in cmdline:
+    if "daemon.document.sandbox.worker" in cmdline:
         return "extraction-worker"
     if any("resource_tracker" in part for part in cmdline):
         return "resource-tracker"

@@ -26,8 +26,8 @@ import pytest
 
 from daemon.config import KafkaSourceConfig
 from daemon.errors import DocumentError
-from daemon.sinks.kafka import KafkaSink, Output
-from daemon.sources.kafka import KafkaSource
+from daemon.kafka import KafkaSource
+from daemon.kafka.sink import KafkaSink, Output
 from daemon.work import WorkItem
 from tests.e2e.harness import DaemonProcess, Layout, configure_kafka, wait_for
 from tests.kafka_broker import (

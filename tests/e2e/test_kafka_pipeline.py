@@ -57,7 +57,7 @@ def _jpeg() -> bytes:
 
 
 def _extraction_workers(daemon: DaemonProcess) -> list[int]:
-    """Pids of the daemon's extraction workers (its children running daemon.document.worker; they
+    """Pids of the daemon's extraction workers (its children running daemon.document.sandbox.worker; they
     have a session of their own, so the process-group check does not see them)."""
     assert daemon.proc is not None
     pids = []
@@ -67,7 +67,7 @@ def _extraction_workers(daemon: DaemonProcess) -> list[int]:
             command = (status.parent / "cmdline").read_bytes()
         except (OSError, IndexError, ValueError):
             continue
-        if ppid == daemon.proc.pid and b"daemon.document.worker" in command:
+        if ppid == daemon.proc.pid and b"daemon.document.sandbox.worker" in command:
             pids.append(int(status.parent.name))
     return pids
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from daemon.config import KafkaSourceConfig
-from daemon.sinks.kafka import KafkaSink
+from daemon.kafka.sink import KafkaSink
 from tests.e2e.harness import free_port
 from tests.kafka_broker import KafkaBroker, create_topics, noida_binary, read_all
 

@@ -14,8 +14,8 @@ import pytest
 
 from daemon.config import KafkaSourceConfig
 from daemon.errors import DocumentError
-from daemon.sinks.kafka import KafkaSink
-from daemon.sources.kafka import KafkaSource, parse_message
+from daemon.kafka import KafkaSource, parse_message
+from daemon.kafka.sink import KafkaSink
 from daemon.work import WorkItem
 from tests.kafka_broker import (
     KafkaBroker,

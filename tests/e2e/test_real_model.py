@@ -43,8 +43,8 @@ STAGED = "paper-aclsum-w99-0615.txt"  # about 2,800 tokens: summarized in parts,
 # A shipped structured profile, on a copy of a short licence (one request): name -> (profile, corpus
 # file). One document only, to keep CI's minutes (with bf16 on this AVX2 CPU, before engine.dtype
 # "auto" meant float32 here, one engine step of a loaded machine passed vLLM's 300 s limit with a staged
-# paper added); the staged final combine is tested with the fake engine (tests/unit/test_structured.py)
-# and measured by bench/structured.py.
+# paper added); the staged final combine is tested with the fake engine
+# (tests/unit/summary/test_structured.py) and measured by bench/structured.py.
 STRUCTURED = {"contract-ms-rl.txt": ("contract", "legal-cal-ms-rl.txt")}
 # The same, as a Kafka message: key -> (profile, corpus file).
 STRUCTURED_KAFKA = {"k-contract": ("contract", "legal-cal-ms-rl.txt")}

@@ -76,7 +76,7 @@ def fleet(
 @pytest.fixture(scope="module")
 def other_tokenizer(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A second tiny model whose tokenizer has another vocabulary (its ids differ for the same text)."""
-    from daemon.engine.tiny_model import build_tiny_model
+    from daemon.models.tiny import build_tiny_model
 
     return build_tiny_model(tmp_path_factory.mktemp("other-tokenizer"), vocab_size=4096, seed=1)
 

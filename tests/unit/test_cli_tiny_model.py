@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from daemon.cli import main
-from daemon.engine import tiny_model
+from daemon.models import tiny as tiny_model
 
 
 def test_make_tiny_model_writes_config_and_tokenizer_then_is_a_no_op(

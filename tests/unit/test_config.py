@@ -16,9 +16,9 @@ from structlog.typing import EventDict
 
 from daemon.cli import log_renamed_keys, main
 from daemon.config import Config, load_config
-from daemon.document.layout import ExtractLimits
+from daemon.document.types import ExtractLimits
 from daemon.errors import ConfigError
-from daemon.kafka_client import client_options
+from daemon.kafka.client import client_options
 from daemon.service import extract_limits
 from daemon.summary.budget import part_summary_tokens
 from tests.config_files import config_error, config_file

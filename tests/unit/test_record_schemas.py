@@ -21,6 +21,13 @@ from daemon.document.reader import DocumentReader
 from daemon.engine.admission import Admission, AdmissionLimits
 from daemon.errors import REASONS, DocumentError
 from daemon.fs.names import name_fields
+from daemon.kafka.messages import (
+    MessageLimits,
+    OutputTopics,
+    dead_letter_output,
+    message_metadata,
+    result_output,
+)
 from daemon.pipeline import OK, DocumentPipeline
 from daemon.records import (
     RECORD_TYPES,
@@ -29,13 +36,6 @@ from daemon.records import (
     fallback_failure_record,
     json_schemas,
     result_record,
-)
-from daemon.sources.kafka.messages import (
-    MessageLimits,
-    OutputTopics,
-    dead_letter_output,
-    message_metadata,
-    result_output,
 )
 from daemon.summary.profiles import build_profiles
 from daemon.summary.summarizer import Summarizer

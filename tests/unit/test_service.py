@@ -23,10 +23,10 @@ from daemon.config import (
     SummaryConfig,
 )
 from daemon.errors import EngineDeadError, FatalError, RequestError
+from daemon.folder.files import FilesSource
+from daemon.folder.sink import FolderSink
+from daemon.folder.source import FolderSource
 from daemon.service import Service
-from daemon.sinks.folder import FolderSink
-from daemon.sources.files import FilesSource
-from daemon.sources.folder import FolderSource
 from tests.doubles.engine import FakeEngine
 
 

@@ -18,11 +18,11 @@ import pytest
 
 from daemon.config import Config, EngineConfig, MetricsConfig, ServiceConfig, SummaryConfig
 from daemon.contracts import Source
-from daemon.engine.progress import ProgressWatch
+from daemon.folder.files import FilesSource
+from daemon.folder.sink import FolderSink
+from daemon.intake.progress import ProgressWatch
 from daemon.ops.notify import SystemdNotifier
 from daemon.service import Service
-from daemon.sinks.folder import FolderSink
-from daemon.sources.files import FilesSource
 from tests.doubles.clock import FakeClock
 from tests.doubles.engine import FakeEngine
 from tests.doubles.sources import IdleSource

@@ -1,9 +1,9 @@
 """Text out of the formats that are not text already (PDF, DOCX, ODT, HTML), and the headings of
 those that are (Markdown, reStructuredText).
 
-:func:`extract` runs in a sandboxed extraction worker (:mod:`daemon.document.sandbox`): it gets the
+:func:`extract` runs in a sandboxed extraction worker (:mod:`daemon.document.sandbox.pool`): it gets the
 raw bytes and the format :func:`daemon.document.formats.detect_format` found, and gives back the
-text in the heading-line convention of :mod:`daemon.document.layout` with its layout, or raises
+text in the heading-line convention of :mod:`daemon.document.types` with its layout, or raises
 :class:`~daemon.errors.DocumentError` with a reason (``encrypted``, ``malformed``, ``too_large``,
 ``too_expanded``, ``no_text``, ``binary``). :func:`text_layout` runs in the daemon itself, on decoded text.
 
@@ -14,12 +14,12 @@ when it extracts, and the daemon's own process, which only finds headings, never
 from __future__ import annotations
 
 from daemon.document.extract.markup import markup_layout
-from daemon.document.layout import NO_LAYOUT, Extracted, ExtractLimits, Format, Layout
+from daemon.document.types import NO_LAYOUT, Extracted, ExtractLimits, Format, Layout
 
 
 def extract(data: bytes, fmt: Format, limits: ExtractLimits) -> Extracted:
     """The text and layout of ``data``, read as ``fmt`` (one of
-    :data:`~daemon.document.layout.EXTRACTED_FORMATS`) under ``limits``."""
+    :data:`~daemon.document.types.EXTRACTED_FORMATS`) under ``limits``."""
     if fmt is Format.PDF:
         from daemon.document.extract.pdf import extract_pdf
 

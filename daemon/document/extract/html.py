@@ -3,7 +3,7 @@
 Read with lxml's HTML parser (libxml2) and a walk of our own, not with trafilatura: on real
 documentation pages (Sphinx, DocBook, Publican) the figures favoured it for speed and for keeping
 every heading and the whole body (the comparison is in the report of issue 22, and
-``tests/unit/test_extract_html.py`` holds the pages). The steps:
+``tests/unit/document/test_extract_html.py`` holds the pages). The steps:
 
 1. Bytes to text: a byte-order mark, else the ``<meta charset>`` (or ``http-equiv``) or XML
    declaration in the first 1024 bytes, else UTF-8, WHATWG's label aliases applied (``iso-8859-1``
@@ -38,7 +38,7 @@ from typing import Any, Final
 from lxml import etree
 
 from daemon.document.extract.markup import TextWriter, list_label, one_line, replace_each
-from daemon.document.layout import Extracted, ExtractLimits, Format
+from daemon.document.types import Extracted, ExtractLimits, Format
 from daemon.errors import DocumentError
 
 MAX_TAG_TOKENS: Final = 500

@@ -1,4 +1,4 @@
-"""The heading-line text convention (:mod:`daemon.document.layout`): writing it, and finding the
+"""The heading-line text convention (:mod:`daemon.document.types`): writing it, and finding the
 headings of the text formats that already have them (Markdown, reStructuredText).
 
 * :class:`TextWriter` is what the extractors (DOCX, ODT, HTML) write their text with: headings as
@@ -24,7 +24,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from daemon.document.layout import NO_TEXT_CAP, Extracted, Format, Heading, Layout, TextCap, utf8_size
+from daemon.document.types import NO_TEXT_CAP, Extracted, Format, Heading, Layout, TextCap, utf8_size
 from daemon.errors import DocumentError
 
 MAX_HEADING_LEVEL: Final = 6
@@ -116,7 +116,7 @@ class TextWriter:
     """Builds an extractor's text in the heading-line convention, with its layout.
 
     Blocks (headings, paragraphs, line blocks such as a list or a table) are separated by one blank
-    line. Over its cap (:class:`~daemon.document.layout.TextCap`, or a number of characters) it
+    line. Over its cap (:class:`~daemon.document.types.TextCap`, or a number of characters) it
     raises :class:`DocumentError` at once (``too_large``, or ``too_expanded`` over the expansion
     cap), so a document that would extract to gigabytes fails before its text is built."""
 

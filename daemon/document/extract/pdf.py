@@ -1,9 +1,8 @@
 """PDF text with PDFium (pypdfium2), made to read as prose: pages, paragraphs, headings.
 
-Why PDFium: ``bench/extract.py`` measured it against pdfminer.six and pypdf on 56 real PDFs from
-Debian documentation packages, 8,340 pages (``bench/results/2026-12-03_cpu2_extract_pdf.json``): 756
-pages per second per core against pypdf's 42 and pdfminer.six's 20, no failure, and the same text
-(pdfminer.six finds 99% of PDFium's distinct words, pypdf 95%); with the clean-up below, 344 pages/s per core.
+Why PDFium: ``bench/extract.py`` measured it against pdfminer.six and pypdf on real PDFs from
+Debian documentation packages: many times faster than both, no failure, and the same text
+(``bench/RESULTS.md``, the PDF extraction section).
 Its licence (pypdfium2: Apache-2.0 or BSD-3-Clause; PDFium: BSD-3-Clause) suits the project's.
 
 :func:`extract_pdf` goes in four steps, each bounded on hostile input:
@@ -22,7 +21,7 @@ Its licence (pypdfium2: Apache-2.0 or BSD-3-Clause; PDFium: BSD-3-Clause) suits 
    dropped, the lines of a paragraph joined, words hyphenated at a line end rejoined, and the
    outline (bookmarks) turned into headings where their titles are found as lines of their page.
 
-The text follows :mod:`daemon.document.layout`: pages separated by a form feed, paragraphs by a
+The text follows :mod:`daemon.document.types`: pages separated by a form feed, paragraphs by a
 blank line, headings as ``## Title`` lines. PDFium is not thread-safe: calls are serialised by a
 lock. pypdfium2 is imported on first use, so importing this module initialises nothing (a process
 that forks workers after importing it has no PDFium state to share).
@@ -50,7 +49,7 @@ from daemon.document.extract.markup import (
     one_line,
 )
 from daemon.document.extract.pdf_screen import screen
-from daemon.document.layout import Extracted, ExtractLimits, Format, Heading, Layout, TextCap, utf8_size
+from daemon.document.types import Extracted, ExtractLimits, Format, Heading, Layout, TextCap, utf8_size
 from daemon.errors import DocumentError
 
 # -- characters and lines --------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Final
 
-from daemon.document.layout import ExtractLimits
+from daemon.document.types import ExtractLimits
 from daemon.errors import DocumentError
 
 HEADER_WINDOW: Final = 1024

@@ -184,7 +184,7 @@ class RemoteEngine(Lifecycle):
         if not self.remote.verify_tls:
             log.warning("engine.remote.verify_tls is false: servers' certificates are not checked")
         if self._tokenizer is None:
-            from daemon.engine.model_files import load_tokenizer
+            from daemon.models.files import load_tokenizer
 
             self._tokenizer = await asyncio.to_thread(load_tokenizer, self.config)
         self._headers = self._auth_headers()

@@ -1,0 +1,6 @@
+"""The trust boundary of the document stage: the daemon process keeps a pool of sandboxed worker
+processes (:mod:`~daemon.document.sandbox.pool`) and sends them untrusted PDF, DOCX, ODT and HTML
+bytes; a worker (:mod:`~daemon.document.sandbox.worker`, the only importer of
+:mod:`daemon.document.extract` and its parsers) answers with text and layout, which the pool checks
+before trusting it. The frame protocol and its constants live in the worker module, which the pool
+imports without importing any parser."""

@@ -35,7 +35,7 @@ from typing import Any, Final, TypeVar
 from daemon.document.sandbox import protocol
 from daemon.document.sandbox import worker as worker_module
 from daemon.document.sandbox.protocol import InvalidReply, loads_reply, parse_reply, reply_cap
-from daemon.document.types import Extracted, ExtractLimits, Format
+from daemon.document.types import EXTRACTED_FORMATS, Extracted, ExtractLimits, Format
 from daemon.errors import DocumentError
 from daemon.lifecycle import Lifecycle
 from daemon.ops.logging import get_logger
@@ -272,6 +272,9 @@ class ExtractionPool(Lifecycle):
     Use it from one event loop, the one that started it: its workers are that loop's subprocesses
     (and die with the thread that started them, ``PR_SET_PDEATHSIG``). It installs no signal
     handler."""
+
+    formats: frozenset[Format] = EXTRACTED_FORMATS
+    """The formats it extracts (:class:`~daemon.document.reader.Extractor`)."""
 
     def __init__(
         self,

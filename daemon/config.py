@@ -40,7 +40,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from daemon.errors import ConfigError
 from daemon.fs.safe_read import NotRegularFileError, read_bounded
-from daemon.typing import DEFAULT_PROFILE, ProfileName, StopString, Strategy, Style
+from daemon.typing import DEFAULT_PROFILE, OnUnsupported, ProfileName, StopString, Strategy, Style
 
 ENV_PREFIX = "DOCSUMD_"
 MAX_CONFIG_BYTES: Final = 1 << 20
@@ -582,6 +582,14 @@ class ProfileConfig(_Section):
     stop: tuple[StopString, ...] | None = Field(default=None, description="Stop strings; summary.stop.")
     seed: int | None = Field(
         default=None, description="Per-request sampling seed; summary.seed (refused on vLLM's CPU backend)."
+    )
+    on_unsupported: OnUnsupported | None = Field(
+        default=None,
+        description="What to do with a summary whose grounding check finds numbers, dates, names or other "
+        'items its source does not hold (the result\'s checks.unsupported): "flag" keeps it and lists them '
+        '(unset: flag); "retry" draws the final step once more (another seed where the profile sets one) '
+        'and keeps the summary with fewer; "fail" fails the document with reason unsupported_claims, its '
+        "failure record keeping the summary and the checks (the docs: Guides, Checking a summary).",
     )
     reuse_cached: bool | None = Field(
         default=None,

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 Reason = Literal[
     "empty",
@@ -42,6 +42,7 @@ Reason = Literal[
     "engine_error",
     "too_long",
     "invalid_output",
+    "unsupported_claims",
     "invalid_options",
     "internal_error",
     "invalid_message",
@@ -185,6 +186,16 @@ REASONS: Final[Mapping[Reason, ReasonInfo]] = {
         "Otherwise the model is too small for the schema.",
         "engine",
     ),
+    "unsupported_claims": ReasonInfo(
+        "The summary's grounding check found items (numbers, dates, durations, amounts, section "
+        "references, terms, names) that its source does not hold, under a profile with on_unsupported = "
+        '"fail". The failure record keeps the summary, its checks (the unsupported items) and its '
+        "evidence.",
+        "Read the unsupported items against the source (Guides: Checking a summary): an invention of the "
+        'model calls for a larger model or on_unsupported = "retry"; an item the source holds in a form '
+        "the check does not read is worth a bug report with both texts.",
+        "engine",
+    ),
     "invalid_options": ReasonInfo(
         "The document's options (sidecar or message field) are not valid JSON, have unknown fields or "
         "bad values, name a profile the config does not have, or the sidecar is not a regular file or "
@@ -215,12 +226,22 @@ REASONS: Final[Mapping[Reason, ReasonInfo]] = {
 class DocumentError(Exception):
     """A per-document failure: the document is refused, recorded and acknowledged; the daemon goes on."""
 
-    def __init__(self, reason: Reason, message: str, *, output: str | None = None) -> None:
+    def __init__(
+        self,
+        reason: Reason,
+        message: str,
+        *,
+        output: str | None = None,
+        fields: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message
         self.output = output
         """What the model wrote, for ``invalid_output`` (bounded); the failure record keeps it."""
+        self.fields = dict(fields or {})
+        """Further fields of the failure record (``unsupported_claims``: ``summary``, ``checks``,
+        ``evidence``), named as :class:`~daemon.records.FailureRecord` declares them."""
 
     def __str__(self) -> str:
         return f"{self.reason}: {self.message}"

@@ -61,6 +61,14 @@ OUTPUT_BYTES: Final = 16384
 REDUCED_TEXT_BYTES: Final = 256
 """What a reduced dead letter keeps of its id and message, in bytes."""
 
+NO_CHECKS: Final[dict[str, Any]] = {
+    "version": "none",
+    "counts": {"supported": 0, "unsupported": 0, "unchecked": 0},
+    "by_kind": {},
+    "unsupported": [],
+}
+"""The ``checks`` of a summary no check ran on (a summary built by hand, in tests)."""
+
 RESULT_HEADERS: Final = ("model", "prompt_version", "profile", "profile_version")
 """Headers every output message carries, taken from its result record (input headers of these names
 are replaced)."""
@@ -111,6 +119,13 @@ class Summary:
     """Prompt tokens the reused outputs cost when they were made; not counted in ``prompt_tokens``."""
     reused_generated_tokens: int = 0
     """Tokens the reused outputs generated when they were made; not in ``generated_tokens``."""
+
+    checks: dict[str, Any] | None = None
+    """The grounding check of the summary (:class:`SummaryChecks`), None where none ran."""
+    evidence: tuple[dict[str, Any], ...] = ()
+    """Each summary sentence and the parts it draws on (:class:`EvidenceSentence`)."""
+    check_s: float = 0.0
+    """Seconds the check and the evidence took beyond the engine's (see ``timings.check_s``)."""
 
     @property
     def truncated(self) -> bool:
@@ -169,7 +184,107 @@ class Timings(TypedDict):
     queued_s: Annotated[float, _doc("From intake until its first engine request was sent.")]
     first_token_s: Annotated[float | None, _doc("vLLM's time to first token of its first request.")]
     engine_s: Annotated[float, _doc("In the engine, all its requests.")]
+    check_s: Annotated[
+        float,
+        _doc(
+            "The grounding check and the evidence after the final summary was made (the source's index "
+            "is built while the engine works, and counts here only where the engine finished first)."
+        ),
+    ]
     total_s: Annotated[float, _doc("From intake to the result written.")]
+
+
+_KINDS: Final = ("money", "percent", "date", "duration", "section", "number", "term", "name")
+"""The grounding check's kinds of item (:class:`daemon.summary.grounding.Kind`)."""
+
+
+@with_config(_CLOSED)
+class EvidencePart(TypedDict):
+    """One passage of the document a summary sentence draws on."""
+
+    part: Annotated[
+        int, _doc("The sources[] entry (the part of the document a request read) the passage lies in.")
+    ]
+    chars: Annotated[list[int], _doc("[start, end) of the passage in the document's extracted text.")]
+    pages: NotRequired[Annotated[list[int], _doc("[first, last] page of the passage (PDF).")]]
+    section: NotRequired[Annotated[list[str], _doc("The heading path at the passage's start.")]]
+    score: Annotated[
+        float,
+        _doc(
+            "How much of the sentence's content (rare words weighing most) the passage holds, or the "
+            "weakest combine step leading to it, from 0 to 1."
+        ),
+    ]
+
+
+@with_config(_CLOSED)
+class EvidenceSentence(TypedDict):
+    """One sentence of the summary and the passages it draws on."""
+
+    sentence: Annotated[int, _doc("Its index among the summary's sentences, from 0.")]
+    text: Annotated[str, _doc("The sentence, whitespace made single spaces.")]
+    chars: Annotated[
+        list[int],
+        _doc("[start, end) in the summary; for a structured summary, in the string value of field."),
+    ]
+    field: NotRequired[
+        Annotated[str, _doc("Structured summaries: the JSON Pointer of the string value it is in.")]
+    ]
+    parts: Annotated[list[EvidencePart], _doc("Best first, at most 3; empty: no passage carries its words.")]
+
+
+@with_config(_CLOSED)
+class UnsupportedItem(TypedDict):
+    """An item of the summary its source does not hold."""
+
+    text: Annotated[str, _doc("As written in the summary.")]
+    kind: Annotated[str, _doc("What it is.", enum=list(_KINDS))]
+    sentence: Annotated[int, _doc("The index of its sentence (evidence[].sentence).")]
+    chars: Annotated[
+        list[int],
+        _doc("[start, end) in the summary; for a structured summary, in the string value of field."),
+    ]
+    field: NotRequired[
+        Annotated[str, _doc("Structured summaries: the JSON Pointer of the string value it is in.")]
+    ]
+
+
+@with_config(_CLOSED)
+class CheckCounts(TypedDict):
+    """Items of the summary, by outcome."""
+
+    supported: Annotated[int, _doc("Items the source holds.")]
+    unsupported: Annotated[int, _doc("Items it does not (listed in unsupported).")]
+    unchecked: Annotated[int, _doc("Items beyond the check's bound (2,000), not looked up.")]
+
+
+@with_config(_CLOSED)
+class KindCounts(TypedDict):
+    """Items of one kind, by outcome."""
+
+    supported: int
+    unsupported: int
+
+
+@with_config(_CLOSED)
+class SummaryChecks(TypedDict):
+    """The grounding check of a summary against the text its requests read."""
+
+    version: Annotated[str, _doc("The checker's version: what is read as an item and how it is matched.")]
+    counts: CheckCounts
+    by_kind: Annotated[
+        dict[str, KindCounts], _doc("Counts per kind of item (kinds without an item left out).")
+    ]
+    unsupported: Annotated[list[UnsupportedItem], _doc("The items the source does not hold, in order.")]
+    on_unsupported: NotRequired[
+        Annotated[str, _doc("The profile's policy: flag, retry or fail.", enum=["flag", "retry", "fail"])]
+    ]
+    retried: NotRequired[
+        Annotated[
+            bool,
+            _doc("Whether the final step was drawn a second time (retry); the summary kept has fewer items."),
+        ]
+    ]
 
 
 @with_config(_CLOSED)
@@ -297,6 +412,20 @@ class ResultRecord(TypedDict):
         list[SourceSpan], _doc("Where each request's text came from, in order: one entry per part.")
     ]
     metadata: Annotated[Metadata, _doc("Where the input came from (one shape per source).")]
+    checks: Annotated[
+        SummaryChecks,
+        _doc(
+            "The grounding check: numbers, dates, amounts, names and other items of the summary that the "
+            "text its requests read does not hold (Guides: Checking a summary)."
+        ),
+    ]
+    evidence: Annotated[
+        list[EvidenceSentence],
+        _doc(
+            "Each sentence of the summary with the passages of the document it draws on (through the "
+            "combine steps of a staged summary)."
+        ),
+    ]
     timings: Timings
     created_at: Annotated[str, _doc("When the record was made (ISO 8601, UTC).", format="date-time")]
     docsumd_version: Annotated[str, _doc("The docsumd version that wrote it.")]
@@ -319,6 +448,9 @@ class FailureRecord(TypedDict):
     output: NotRequired[
         Annotated[str, _doc("invalid_output only: the model's last output (at most 16 KiB).")]
     ]
+    summary: NotRequired[Annotated[str, _doc("unsupported_claims only: the summary that failed its check.")]]
+    checks: NotRequired[Annotated[SummaryChecks, _doc("unsupported_claims only: its grounding check.")]]
+    evidence: NotRequired[Annotated[list[EvidenceSentence], _doc("unsupported_claims only: its evidence.")]]
 
 
 @with_config(_CLOSED)
@@ -419,10 +551,13 @@ def result_record(
         "extraction": document.extraction,
         "sources": cast("list[SourceSpan]", list(summary.sources)),
         "metadata": cast("Metadata", document.metadata),
+        "checks": cast("SummaryChecks", summary.checks or NO_CHECKS),
+        "evidence": cast("list[EvidenceSentence]", list(summary.evidence)),
         "timings": {
             "queued_s": round(queued_s, 4),
             "first_token_s": None if summary.first_token_s is None else round(summary.first_token_s, 4),
             "engine_s": round(summary.engine_s, 4),
+            "check_s": round(summary.check_s, 4),
             "total_s": round(total_s, 4),
         },
         "created_at": utc_now_iso(),
@@ -456,7 +591,8 @@ def failure_record(
     }
     if error.output is not None:
         record["output"] = clip_text(error.output, OUTPUT_BYTES)
-    return cast(Record, record)
+    merged: Record = {**record, **error.fields}
+    return merged
 
 
 def fallback_failure_record(failure: Record, problem: str) -> Record:

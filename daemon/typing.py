@@ -17,6 +17,10 @@ PromptStyle = Literal["prose", "bullets", "json"]
 profile's schema (the final step of a profile with ``json_schema_file``; never a document's option)."""
 Strategy = Literal["map_reduce", "head", "head_tail"]
 """What happens to a document longer than the context: summarized in stages, or cut (and said so)."""
+OnUnsupported = Literal["flag", "retry", "fail"]
+"""What a profile does with a summary whose grounding check finds items its source does not hold: keep
+it and list them (``flag``), draw the final step once more and keep the one with fewer (``retry``), or
+fail the document with reason ``unsupported_claims`` (``fail``)."""
 ProfileName = Annotated[str, StringConstraints(pattern=r"^[a-z0-9][a-z0-9_-]{0,31}$")]
 """A profile's name: lower-case letters, digits, ``-`` and ``_``, at most 32 (it is a metric label)."""
 DEFAULT_PROFILE: Final = "default"

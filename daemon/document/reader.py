@@ -10,8 +10,8 @@ detect_format`; a file name or a Kafka ``content-type`` is a hint only), then:
   (:class:`~daemon.document.sandbox.pool.ExtractionPool`), and the text they return passes the checks
   every text passes (size as UTF-8, NUL characters, whitespace only).
 
-With ``extract.enabled = false`` no worker starts and every input is decoded as text: PDF, DOCX
-and ODT fail as ``binary``, HTML is read with its tags.
+With ``extract.enabled = false`` the extractor is a :class:`NullExtractor`: no worker starts and
+every input is decoded as text: PDF, DOCX and ODT fail as ``binary``, HTML is read with its tags.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import Any, Final, Self
+from typing import Any, Final, Protocol, Self
 
 from daemon.document.decode import check_text, decode_document, max_text_bytes, sha256_hex
 from daemon.document.extract import text_layout
@@ -55,6 +55,46 @@ returns once there is room for them: the service's byte budget
 (:meth:`daemon.intake.byte_budget.Holding.hold_text`)."""
 
 
+class Extractor(Protocol):
+    """What reads the formats that need extracting: the sandboxed
+    :class:`~daemon.document.sandbox.pool.ExtractionPool`, or the :class:`NullExtractor`."""
+
+    formats: frozenset[Format]
+    """The formats it extracts; every other input is decoded as text."""
+
+    async def start(self) -> None:
+        """Make it ready (idempotent)."""
+
+    async def stop(self) -> None:
+        """Release what it holds (idempotent)."""
+
+    async def extract(
+        self, data: bytes, fmt: Format, *, before: Callable[[], Awaitable[None]] | None = None
+    ) -> Extracted:
+        """The text and layout of ``data`` read as ``fmt`` (one of :attr:`formats`)."""
+        ...
+
+
+class NullExtractor:
+    """Extraction off (``extract.enabled = false``): it extracts no format and starts nothing, so
+    every input is decoded as text: PDF, DOCX and ODT fail as ``binary`` by their signatures, HTML is
+    read with its tags."""
+
+    formats: frozenset[Format] = frozenset()
+
+    async def start(self) -> None:
+        """Nothing to start."""
+
+    async def stop(self) -> None:
+        """Nothing to stop."""
+
+    async def extract(
+        self, data: bytes, fmt: Format, *, before: Callable[[], Awaitable[None]] | None = None
+    ) -> Extracted:
+        """Never extracts (no format is in :attr:`formats`): ``fmt`` is refused as ``binary``."""
+        raise DocumentError("binary", f"input is {fmt.value.upper()}, not text (extract.enabled is false)")
+
+
 class DocumentReader:
     """Reads documents of every supported format; owns the extraction workers (``start``/``stop``)."""
 
@@ -66,39 +106,37 @@ class DocumentReader:
         extract: ExtractLimits | None = None,
     ) -> None:
         """``max_input_bytes`` bounds the input and, as UTF-8, the text extracted from it; ``sandbox``
-        None turns extraction off (no worker; every input is decoded as text)."""
+        None turns extraction off (a :class:`NullExtractor`: no worker, every input decoded as text)."""
         self.max_input_bytes = max_input_bytes
         self.extract_limits = dataclasses.replace(extract or ExtractLimits(), max_text_bytes=max_input_bytes)
-        self.pool: ExtractionPool | None = (
-            ExtractionPool(sandbox, self.extract_limits) if sandbox is not None else None
+        self.extractor: Extractor = (
+            ExtractionPool(sandbox, self.extract_limits) if sandbox is not None else NullExtractor()
         )
-        self._pool_started = False
-        self._pool_lock = asyncio.Lock()
+        self._extractor_started = False
+        self._extractor_lock = asyncio.Lock()
 
     async def start(self) -> None:
         """Nothing to do until a document needs extracting: the workers start then (a deployment that
         only ever reads text never pays for them). Idempotent."""
 
-    async def _started_pool(self) -> ExtractionPool:
-        assert self.pool is not None
-        async with self._pool_lock:
-            if not self._pool_started:
+    async def _started_extractor(self) -> Extractor:
+        async with self._extractor_lock:
+            if not self._extractor_started:
                 try:
-                    await self.pool.start()
+                    await self.extractor.start()
                 except (OSError, RuntimeError) as exc:
                     log.error("cannot start the extraction workers", error=str(exc))
-                    await self.pool.stop()
+                    await self.extractor.stop()
                     raise DocumentError(
                         "extract_failed", f"the extraction workers cannot start: {exc}"
                     ) from exc
-                self._pool_started = True
-        return self.pool
+                self._extractor_started = True
+        return self.extractor
 
     async def stop(self) -> None:
         """Stop the workers and reap them. Idempotent."""
-        if self.pool is not None:
-            await self.pool.stop()
-            self._pool_started = False
+        await self.extractor.stop()
+        self._extractor_started = False
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -112,7 +150,7 @@ class DocumentReader:
     def format_of(self, data: bytes, hint: str | None) -> Format | None:
         """The format ``data`` will be read as (None: not a format docsumd reads; decoding refuses it)."""
         detected = detect_format(data, hint)
-        if self.pool is None and detected in EXTRACTED_FORMATS:
+        if detected in EXTRACTED_FORMATS and detected not in self.extractor.formats:
             return None  # decode_text refuses the binary ones, reads HTML as text
         return detected
 
@@ -140,7 +178,7 @@ class DocumentReader:
         before: Callable[[], Awaitable[None]] | None = None
         if room is not None:
             before = functools.partial(room, self.text_room(data, fmt))
-        if self.pool is not None and fmt in EXTRACTED_FORMATS:
+        if fmt in self.extractor.formats:
             extracted = await self._extract(data, fmt, before)
             document, text_bytes = self._extracted_document(data, extracted, doc_id, source, metadata)
         else:
@@ -158,7 +196,7 @@ class DocumentReader:
         ``data``'s): what it may hold in the main process, counted before it is built. Extracted
         text (PDF, DOCX, ODT, HTML) is capped per input by its size
         (:meth:`~daemon.document.types.ExtractLimits.text_cap`); decoded text by its encoding."""
-        if self.pool is not None and fmt in EXTRACTED_FORMATS:
+        if fmt in self.extractor.formats:
             return max(len(data), self.extract_limits.text_cap(len(data)).max_bytes)
         return max(len(data), max_text_bytes(data))
 
@@ -167,8 +205,8 @@ class DocumentReader:
     ) -> Extracted:
         started = time.monotonic()
         try:
-            pool = await self._started_pool()
-            extracted = await pool.extract(data, fmt, before=before)
+            extractor = await self._started_extractor()
+            extracted = await extractor.extract(data, fmt, before=before)
         except DocumentError as error:
             EXTRACTIONS.labels(format=fmt.value, outcome=error.reason).inc()
             raise

@@ -4,7 +4,8 @@ Every regular file directly in ``inbox`` whose name is a document's
 (:func:`~daemon.folder.names.is_candidate_name`) is a document; its name is the document id.
 Every other entry of such a name but a folder is an input too, refused unread (below).
 Files already there at start are processed first (oldest first), then new ones as watchfiles reports
-them, with a periodic rescan as a safety net for missed events.
+them, with a periodic rescan as a safety net for missed events; the :class:`~daemon.folder.inbox.InboxWatcher`
+finds them and says which have settled, the source claims, reads and acknowledges them.
 
 Half-written inputs are never read:
 
@@ -58,18 +59,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import heapq
-import itertools
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from stat import S_ISDIR
 from typing import Final, TypeVar
 
 from daemon.config import FolderSourceConfig
 from daemon.errors import DocumentError, SinkError
 from daemon.folder.claims import Claim, WorkFolder
+from daemon.folder.inbox import InboxWatcher
 from daemon.folder.names import (
     IGNORED_SUFFIXES,
     OPTIONS_SUFFIX,
@@ -82,7 +81,7 @@ from daemon.fs.dirs import Dir
 from daemon.fs.names import display_name, name_fields
 from daemon.fs.safe_read import NotRegularFileError, read_bounded, read_regular_file
 from daemon.lifecycle import Lifecycle
-from daemon.ops.fd_exhaustion import is_fd_exhaustion, note_fd_exhaustion, retry_on_fd_exhaustion
+from daemon.ops.fd_exhaustion import is_fd_exhaustion, retry_on_fd_exhaustion
 from daemon.ops.logging import get_logger
 from daemon.ops.metrics import observe_failed, observe_source
 from daemon.records import Record, failure_record
@@ -105,40 +104,12 @@ T = TypeVar("T")
 
 MAX_OPTIONS_BYTES: Final = 64 * 1024
 SOURCE_NAME: Final = "folder"
-SCAN_RETRY_SECONDS: Final = 1.0
-"""After a rescan that ran out of file descriptors, the next try comes this soon (not a whole period)."""
-WATCH_RETRY_SECONDS: Final = 0.5
-"""A failed inbox watcher is started again after this pause, doubling while it keeps failing..."""
-WATCH_RETRY_MAX_SECONDS: Final = 10.0
-"""...up to this long."""
-LOOP_SLICE: Final = 2048
-"""Names handled on the event loop between two yields to it: an inbox of 100,000 files must not hold
-the loop (and /healthz) for the whole scan (about 0.3 s on a small machine, measured by
-bench/backlog.py)."""
-SETTLE_BATCH: Final = 4096
-"""Names looked at (statted) per settling pass, oldest first."""
 CLAIM_BATCH: Final = 32
 """Ready files claimed per trip to the I/O threads while a backlog waits. A trip is two hand-offs
 between threads, and while a backlog is read the tokenizer's threads hold the interpreter lock for
 their Python work, so each hand-off waits its turn: claiming one file per trip made the source the
 pace of a backlog's intake (bench/intake.py). Claimed files wait in the work folder and are handed
 out one per pull; a clean stop gives back those not handed out (:meth:`FolderSource.release_unsettled`)."""
-
-_Stat = tuple[int, int, int]  # (mode, size, mtime_ns) of an lstat
-
-
-async def _in_slices(items: Iterable[T]) -> AsyncIterator[T]:
-    """``items``, giving the event loop a turn after every :data:`LOOP_SLICE` of them."""
-    for index, item in enumerate(items, start=1):
-        yield item
-        if index % LOOP_SLICE == 0:
-            await asyncio.sleep(0)
-
-
-def _popped_in_order(heap: list[tuple[int, str]]) -> Iterator[tuple[int, str]]:
-    """Empty ``heap`` smallest first, one item per step (no single long sort)."""
-    while heap:
-        yield heapq.heappop(heap)
 
 
 class FolderSource(Lifecycle):
@@ -151,8 +122,11 @@ class FolderSource(Lifecycle):
         *,
         max_input_bytes: int,
         io: BlockingIO | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
-        """File-system calls run on ``io`` (the process's file I/O pool by default)."""
+        """File-system calls run on ``io`` (the process's file I/O pool by default); the inbox
+        watcher's settling runs on ``clock`` (monotonic) and ``wall_clock`` (files' ages)."""
         self.config = config
         self.sink = sink
         self.max_input_bytes = max_input_bytes
@@ -162,23 +136,26 @@ class FolderSource(Lifecycle):
         self.work = WorkFolder(inbox=self.inbox, work=work, done=self.done, sink=sink)
         self._problem: str | None = None  # a folder gone or replaced: no work is taken meanwhile
         self._io = io or file_io()
-        self._ready: deque[str] = deque()
-        self._settling: dict[str, tuple[int, int, float]] = {}  # name -> (size, mtime_ns, last change)
-        self._known: set[str] = set()  # queued or settling in the inbox: never claimed twice at once
-        self._retry_at: dict[str, float] = {}  # names that could not be claimed -> when to try again
         self._waiting: deque[Claim] = deque()  # claimed, not yet handed out (left by an earlier run)
         self._claims: set[Claim] = set()  # claimed and not yet settled (includes _waiting)
         self._wakeup = asyncio.Event()
         self._intake_paused = False  # the service's: the engine serves nothing now, claim nothing
-        self._watcher: asyncio.Task[None] | None = None
-        self._stop_watching = asyncio.Event()
-        self._last_scan = 0.0
+        self.watcher = InboxWatcher(
+            config,
+            self.inbox,
+            self._io,
+            folders_usable=self._check_folders,
+            on_found=self._wakeup.set,
+            clock=clock,
+            wall_clock=wall_clock,
+        )
+        """Finds the inbox's files and says which have settled; claiming them is this source's."""
         self.started = False
 
     @property
     def backlog(self) -> int:
         """Files waiting in the inbox or the work folder, not yet handed out."""
-        return len(self._ready) + len(self._settling) + len(self._waiting)
+        return self.watcher.pending + len(self._waiting)
 
     @property
     def problem(self) -> str | None:
@@ -194,10 +171,7 @@ class FolderSource(Lifecycle):
         await self.open_folders()
         await self._io_call(self.work.adopt_legacy)
         await self._recover()
-        self._stop_watching.clear()
-        await self._scan()
-        self._watcher = asyncio.create_task(self._watch(), name="folder-watch")
-        self._watcher.add_done_callback(self._watcher_done)
+        await self.watcher.start()
         self.started = True
         observe_source(SOURCE_NAME)
         log.info("folder source started", inbox=str(self.config.inbox), backlog=self.backlog)
@@ -215,12 +189,7 @@ class FolderSource(Lifecycle):
         if not self.started:
             return
         self.started = False
-        self._stop_watching.set()
-        if self._watcher is not None:
-            self._watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):  # its failure was logged
-                await self._watcher
-            self._watcher = None
+        await self.watcher.stop()
         self._wakeup.set()
 
     async def release_unsettled(self) -> None:
@@ -257,19 +226,19 @@ class FolderSource(Lifecycle):
         and at most :data:`CLAIM_BATCH` ready files are claimed ahead of the pulls."""
         while self.started:
             if self._problem is not None and not await self._folders_back():
-                await self._pause(self._next_check_in())
+                await self._pause(self.watcher.check_in())
                 continue
             if self._waiting:
                 yield self._work_item(self._waiting.popleft())
                 continue
             if self._intake_paused:
-                await self._pause(self._next_check_in())
+                await self._pause(self.watcher.check_in())
                 continue
-            names = await self._next_ready_batch(CLAIM_BATCH)
+            names = await self.watcher.next_ready(CLAIM_BATCH)
             if names:
                 self._waiting.extend(await self._claim_all(names))
                 continue
-            await self._pause(self._next_check_in())
+            await self._pause(self.watcher.check_in())
 
     def pause_intake(self) -> None:
         """Claim no new file until :meth:`resume_intake` (files stay in the inbox; see PausableSource)."""
@@ -326,7 +295,7 @@ class FolderSource(Lifecycle):
         if not await self._check_folders():
             return False
         log.warning("the folders are back: taking work again")
-        await self._scan()
+        await self.watcher.scan()
         return True
 
     def _reopen_replaced(self) -> None:
@@ -335,182 +304,14 @@ class FolderSource(Lifecycle):
             if change is not None and change.endswith("another folder"):
                 folder.reopen()
 
-    # -- discovery -------------------------------------------------------------------------------
-
-    async def _scan(self) -> None:
-        """Add every unknown candidate file in the inbox, oldest first.
-
-        Out of file descriptors (the folder cannot be opened), it logs that once in a while and is
-        tried again after :data:`SCAN_RETRY_SECONDS`; file-system events keep arriving meanwhile.
-        """
-        self._last_scan = time.monotonic()
-        if not await self._check_folders():
-            return
-        try:
-            found = await self._io.run(self._list_inbox, time_limit=self.config.io_timeout_seconds)
-        except (OSError, TimeoutError) as exc:
-            if is_fd_exhaustion(exc):
-                note_fd_exhaustion("inbox rescan", exc)
-                self._last_scan -= max(0.0, self.config.rescan_seconds - SCAN_RETRY_SECONDS)
-            else:
-                log.error("cannot list the inbox", inbox=str(self.config.inbox), error=str(exc))
-            return
-        # Oldest first, taken from a heap a slice at a time: sorting 100,000 names in one call holds
-        # the GIL (and so the event loop, even from a thread) for 0.15 s on a small machine.
-        async for _, name in _in_slices(_popped_in_order(found)):
-            self._add(name)
-
-    def _list_inbox(self) -> list[tuple[int, str]]:
-        """``(mtime_ns, name)`` of every entry in the inbox with a document's name but folders (links,
-        FIFOs, sockets and devices are claimed to be refused as ``not_regular``), as a heap (I/O
-        thread)."""
-        found: list[tuple[int, str]] = []
-        with self.inbox.scandir() as entries:
-            for entry in entries:
-                # Known names are skipped here, in the thread: a rescan of a 100,000-file backlog
-                # then stats and queues only what is new. (A set lookup while the event loop adds
-                # to the set is safe under the GIL; a name added meanwhile is skipped by _add.)
-                if entry.name in self._known or not is_candidate_name(entry.name):
-                    continue
-                with contextlib.suppress(FileNotFoundError):
-                    if not entry.is_dir(follow_symlinks=False):
-                        found.append((entry.stat(follow_symlinks=False).st_mtime_ns, entry.name))
-        heapq.heapify(found)
-        return found
-
-    def _add(self, name: str) -> None:
-        if name in self._known or not is_candidate_name(name):
-            return
-        if self._retry_at.get(name, 0.0) > time.monotonic():
-            return
-        self._retry_at.pop(name, None)
-        self._known.add(name)
-        self._settling[name] = (-1, -1, time.monotonic())
-        self._wakeup.set()
-
-    async def _watch(self) -> None:
-        """Watch the inbox until stopped. A watcher that fails is started again after a rescan:
-        watchfiles cannot report a name that is not UTF-8 and gives up on the whole batch instead, so
-        one such file would otherwise leave the inbox to the periodic rescans."""
-        failures = 0
-        while not self._stop_watching.is_set():
-            started = time.monotonic()
-            try:
-                await self._watch_once()
-            except Exception as exc:
-                failures = 1 if time.monotonic() - started > WATCH_RETRY_MAX_SECONDS else failures + 1
-                pause = min(WATCH_RETRY_MAX_SECONDS, WATCH_RETRY_SECONDS * 2 ** (failures - 1))
-                # Cut: the error may quote a 255-byte name, escaped four times over.
-                log.warning("inbox watcher failed; rescanning, then watching again", error=repr(exc)[:300])
-                await asyncio.sleep(pause)
-                await self._scan()
-            else:
-                return
-
-    async def _watch_once(self) -> None:
-        from watchfiles import Change, awatch
-
-        first_batch = True
-        async for changes in awatch(
-            self.config.inbox,
-            stop_event=self._stop_watching,
-            recursive=False,
-            debounce=200,
-            step=50,
-            rust_timeout=1000,
-            yield_on_timeout=True,
-            ignore_permission_denied=True,
-        ):
-            for change, raw_path in changes:
-                path = Path(raw_path)
-                if change != Change.deleted and path.parent == self.config.inbox:
-                    self._add(path.name)
-            # The first batch (at most rust_timeout after start) comes once the watch is in place: scan
-            # again then, for files created between the start-up scan and the watch.
-            if first_batch or time.monotonic() - self._last_scan >= self.config.rescan_seconds:
-                first_batch = False
-                await self._scan()
-
-    def _watcher_done(self, task: asyncio.Task[None]) -> None:
-        # The watcher is owned here; its failure must be seen. Periodic rescans still find new files.
-        if not task.cancelled() and task.exception() is not None:
-            log.error("inbox watcher failed; falling back to periodic rescans", error=repr(task.exception()))
-
-    # -- settling --------------------------------------------------------------------------------
-
-    async def _next_ready_batch(self, limit: int) -> list[str]:
-        """Up to ``limit`` settled names, oldest first (a rescan or a settling pass first when due)."""
-        if time.monotonic() - self._last_scan >= self.config.rescan_seconds:
-            await self._scan()
-        if not self._ready:
-            await self._promote_settled()
-        return [self._ready.popleft() for _ in range(min(limit, len(self._ready)))]
-
-    async def _promote_settled(self) -> None:
-        """Move files whose size and mtime held still for settle_seconds to the ready queue."""
-        if not self._settling:
-            return
-        # The oldest SETTLE_BATCH names only: statting a 100,000-file backlog before the first one
-        # is handed out would delay the first result by seconds. Names still settling go to the back
-        # below, so files being written at the front cannot hide the ones behind them.
-        names = list(itertools.islice(self._settling, SETTLE_BATCH))
-        try:
-            stats = await self._io_call(self._lstat_all, names)
-        except TimeoutError:
-            log.error("looking at the inbox's files timed out", inbox=str(self.config.inbox))
-            return
-        now = time.monotonic()
-        wall_now = time.time()
-        async for name, found in _in_slices(zip(names, stats, strict=True)):
-            if name not in self._settling:  # gone while the loop had its turn
-                continue
-            if found is None or S_ISDIR(found[0]):
-                # Gone, or a folder (never a document): forgotten, so that a later event for the name
-                # (a regular file taking it) or a rescan finds it again. Links, FIFOs, sockets and
-                # devices settle like files, to be claimed and refused as not_regular.
-                del self._settling[name]
-                self._known.discard(name)
-                continue
-            _, size, mtime_ns = found
-            if (size, mtime_ns) != self._settling[name][:2]:
-                # Changed since last look (or first look). An old file is settled already.
-                age = wall_now - mtime_ns / 1e9
-                first_look = self._settling[name][0] == -1
-                self._settling[name] = (size, mtime_ns, now - max(age, 0) if first_look else now)
-            if now - self._settling[name][2] >= self.config.settle_seconds:
-                del self._settling[name]
-                self._ready.append(name)
-            else:
-                self._settling[name] = self._settling.pop(name)
-
-    def _lstat_all(self, names: list[str]) -> list[_Stat | None]:
-        """``(mode, size, mtime_ns)`` of each inbox entry, None for one that is gone (I/O thread)."""
-        stats: list[_Stat | None] = []
-        for name in names:
-            try:
-                found = self.inbox.lstat(name)
-            except OSError:
-                stats.append(None)
-            else:
-                stats.append((found.st_mode, found.st_size, found.st_mtime_ns))
-        return stats
-
-    def _next_check_in(self) -> float:
-        if self._settling:
-            return min(0.25, max(0.05, self.config.settle_seconds / 4))
-        return self.config.rescan_seconds
-
     # -- claiming --------------------------------------------------------------------------------
 
     async def _claim_all(self, names: list[str]) -> list[Claim]:
         """Move ``names`` into the work folder in one trip to the I/O threads; the claims, in order,
         of those that were there and could be moved."""
-        for name in names:
-            # Out of the inbox from now on (or gone): a new file of this name is a new input.
-            self._known.discard(name)
+        # Out of the inbox from now on (or gone): a new file of this name is a new input.
+        self.watcher.forget(names)
         if not await self._check_folders():
-            for name in names:
-                self._retry_at.pop(name, None)
             return []
         job = self._io.submit(self._claim_each, names)
         try:
@@ -548,7 +349,7 @@ class FolderSource(Lifecycle):
         # Not ours to move (another user's file in a sticky inbox, a mount point) or a hung inbox:
         # left where it is, and tried again at the next rescan.
         log.error("cannot claim an input; it stays there", doc_id=display_name(name), error=repr(exc))
-        self._retry_at[name] = time.monotonic() + self.config.rescan_seconds
+        self.watcher.retry_later(name)
 
     def _adopt_late_claims(self, future: asyncio.Future[list[Claim | Exception | None]]) -> None:
         """Claims that finished after their caller gave up are still ours: they wait to be handed out

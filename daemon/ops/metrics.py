@@ -278,6 +278,42 @@ STRUCTURED_TOKENS = Counter(
     ["profile"],
 )
 
+# The grounding check of every summary (daemon/summary/grounding.py, checking.py). Kinds: its Kind values.
+GROUNDING_KINDS = ("money", "percent", "date", "duration", "section", "number", "term", "name")
+GROUNDING_SUMMARIES = Counter(
+    "docsumd_grounding_checked_summaries",
+    "Summaries whose grounding check ran, by profile (the summary kept, after a retry; those that failed "
+    "with unsupported_claims included).",
+    ["profile"],
+)
+GROUNDING_FLAGGED = Counter(
+    "docsumd_grounding_flagged_summaries",
+    "Checked summaries with at least one item their source does not hold, by profile; divided by "
+    "docsumd_grounding_checked_summaries_total it is the share of summaries with unsupported items.",
+    ["profile"],
+)
+GROUNDING_ITEMS = Counter(
+    "docsumd_grounding_items",
+    "Items of checked summaries (numbers, dates, names, ...), by kind and profile.",
+    ["kind", "profile"],
+)
+GROUNDING_UNSUPPORTED = Counter(
+    "docsumd_grounding_unsupported",
+    "Items of checked summaries that their source does not hold, by kind and profile.",
+    ["kind", "profile"],
+)
+GROUNDING_RETRIES = Counter(
+    "docsumd_grounding_retries",
+    'Second draws of a final step for unsupported items (on_unsupported = "retry"), by profile.',
+    ["profile"],
+)
+GROUNDING_SECONDS = Counter(
+    "docsumd_grounding_seconds",
+    "Seconds spent on grounding checks and evidence beyond the engine's time (waiting for the source's "
+    "index included), by profile.",
+    ["profile"],
+)
+
 # The summary cache (daemon/cache). Kinds: part (a request over document text), combine (over other
 # requests' outputs), document (the whole-document shortcut). Every series exists from the start.
 CACHE_KINDS = ("part", "combine", "document")
@@ -339,6 +375,29 @@ def observe_structured(profile: str, outcome: str, *, seconds: float, tokens: in
     STRUCTURED_TOKENS.labels(profile=profile).inc(tokens)
 
 
+class CheckFigures(Protocol):
+    """What the metrics read of a grounding check (:class:`daemon.summary.grounding.Checks` has it)."""
+
+    def by_kind(self) -> dict[str, dict[str, int]]: ...
+
+
+def observe_grounding(profile: str, checks: CheckFigures, *, seconds: float, retried: bool) -> None:
+    """Count one checked summary of ``profile``: its items and unsupported items by kind, whether any
+    was unsupported, whether its final step was drawn again, and the ``seconds`` its checks took."""
+    flagged = False
+    for kind, counts in checks.by_kind().items():
+        GROUNDING_ITEMS.labels(kind=kind, profile=profile).inc(counts["supported"] + counts["unsupported"])
+        if counts["unsupported"]:
+            GROUNDING_UNSUPPORTED.labels(kind=kind, profile=profile).inc(counts["unsupported"])
+            flagged = True
+    GROUNDING_SUMMARIES.labels(profile=profile).inc()
+    if flagged:
+        GROUNDING_FLAGGED.labels(profile=profile).inc()
+    if retried:
+        GROUNDING_RETRIES.labels(profile=profile).inc()
+    GROUNDING_SECONDS.labels(profile=profile).inc(seconds)
+
+
 # Labelled series exist from their first use; the ones below are made at 0 at start, for the label
 # values known then, so that every metric the dashboard and the alerts query is exported before the
 # first document (a panel then shows 0, not "no data"; tests/e2e/test_dashboard_metrics.py checks it).
@@ -346,7 +405,8 @@ def observe_structured(profile: str, outcome: str, *, seconds: float, tokens: in
 
 def observe_profiles(names: Iterable[str]) -> None:
     """Create every profile's series at 0, so rates and ratios exist before its first document. The
-    structured series too, for every profile: one without a schema keeps them at 0."""
+    structured series too, for every profile: one without a schema keeps them at 0; and the grounding
+    series, of every kind."""
     for name in names:
         PROFILE_DOCUMENTS.labels(profile=name, outcome="ok")
         for family in (PROFILE_PROMPT_TOKENS, PROFILE_CACHED_PROMPT_TOKENS, PROFILE_SUMMARY_TOKENS):
@@ -355,6 +415,11 @@ def observe_profiles(names: Iterable[str]) -> None:
             STRUCTURED_OUTPUTS.labels(profile=name, outcome=outcome)
         STRUCTURED_SECONDS.labels(profile=name)
         STRUCTURED_TOKENS.labels(profile=name)
+        for family in (GROUNDING_SUMMARIES, GROUNDING_FLAGGED, GROUNDING_RETRIES, GROUNDING_SECONDS):
+            family.labels(profile=name)
+        for kind in GROUNDING_KINDS:
+            GROUNDING_ITEMS.labels(kind=kind, profile=name)
+            GROUNDING_UNSUPPORTED.labels(kind=kind, profile=name)
 
 
 def observe_request_kinds(kinds: Iterable[str]) -> None:

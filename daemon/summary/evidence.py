@@ -87,6 +87,9 @@ class Part:
     """First and last page (PDF)."""
     section: tuple[str, ...] = ()
     """The heading path in force where it starts, outermost first."""
+    source: int | None = None
+    """The number a record gives it (``part``), when not its id: a passage of a document read in one
+    request is numbered by the ``sources[]`` entry it lies in."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -109,7 +112,8 @@ class PartScore:
 
     def as_record(self) -> dict[str, Any]:
         """As the result's ``evidence[].parts`` lists it."""
-        record: dict[str, Any] = {"part": self.part.id, "chars": list(self.part.chars)}
+        number = self.part.id if self.part.source is None else self.part.source
+        record: dict[str, Any] = {"part": number, "chars": list(self.part.chars)}
         if self.part.pages is not None:
             record["pages"] = list(self.part.pages)
         if self.part.section:

@@ -69,6 +69,10 @@ from typing import Any, Final
 
 from daemon.summary.sentences import Sentence, split_sentences
 
+MAX_CHECKED_ITEMS: Final = 2000
+"""A summary's first this many items are looked up in its source, the others only counted
+(``counts.unchecked``): a bound on the work a hostile summary can ask for."""
+
 CHECKER_VERSION: Final = "grounding-1"
 """Written into each result's ``checks``: a change to what is extracted or how it is matched bumps it."""
 
@@ -119,6 +123,8 @@ class Checks:
 
     items: tuple[Item, ...]
     unsupported: tuple[Item, ...]
+    unchecked: int = 0
+    """Items found beyond :data:`MAX_CHECKED_ITEMS`, not looked up."""
 
     @property
     def supported_count(self) -> int:
@@ -139,7 +145,11 @@ class Checks:
         """The result's ``checks`` object (its field names are docsumd's interface)."""
         return {
             "version": CHECKER_VERSION,
-            "counts": {"supported": self.supported_count, "unsupported": len(self.unsupported)},
+            "counts": {
+                "supported": self.supported_count,
+                "unsupported": len(self.unsupported),
+                "unchecked": self.unchecked,
+            },
             "by_kind": self.by_kind(),
             "unsupported": [item.as_record() for item in self.unsupported],
         }
@@ -158,7 +168,9 @@ def fold(text: str) -> str:
         plain = text.lower()
     else:
         decomposed = unicodedata.normalize("NFKD", text)
-        plain = "".join(char for char in decomposed if not unicodedata.combining(char)).casefold()
+        # One table of the text's combining marks, deleted in one pass (not a test per character).
+        marks = {ord(char): None for char in set(decomposed) if unicodedata.combining(char)}
+        plain = decomposed.translate(marks).casefold()
     return " ".join(_NOT_WORD.sub(" ", _APOSTROPHES.sub("", plain)).split())
 
 
@@ -184,6 +196,7 @@ _WORDS_NUMBER: Final = (
     # Whole words only: no "tenant", no "weight", no "canine".
     rf"(?<![a-z])(?:{_NUMBER_WORD})(?:(?:[ \t-]+|[ \t]+and[ \t]+)(?:{_NUMBER_WORD}))*+(?![a-z])"
 )
+_WORDS_NUMBER_PATTERN: Final = re.compile(_WORDS_NUMBER, re.IGNORECASE)
 _DIGITS: Final = r"\d{1,3}(?:,\d{3})++(?:\.\d+)?|\d+(?:\.\d+)?"
 # A number as a summary writes it: digits (with thousands separators and decimals, and a scale word
 # after them), or words, with the digits repeated in brackets after the words ("thirty (30)").
@@ -284,6 +297,9 @@ _DATE_PATTERNS: Final = tuple(
         rf"{_NO_DIGIT_BEFORE}{_YEAR}{_NO_DIGIT_AFTER}",
     )
 )
+
+_DATES_FROM_DIGITS: Final = frozenset(_DATE_PATTERNS[i] for i in (0, 2, 3, 5, 7))
+"""The date patterns whose matches open with a digit (the others with a month's name)."""
 
 _DURATION_UNITS: Final = {
     "second": "second",
@@ -511,22 +527,26 @@ class SourceIndex:
     def __init__(self, keys: set[str], folded: str, lower_words: set[str]) -> None:
         self.keys = keys
         self.folded = f" {folded} "
+        self.words = frozenset(folded.split())
+        """The folded text's words: a phrase with a word outside them is not in it (no scan)."""
         self.lower_words = lower_words
         """Folded words the source writes in lower case: such a word opening a sentence of the summary
         is a common word there, not the start of a name."""
         self._occurrences: dict[str, list[int]] = {}
+        self._phrases: dict[str, bool] = {}
 
     @classmethod
     def of(cls, text: str) -> SourceIndex:
         """The index of source ``text``."""
         keys: set[str] = set()
-        for item in _numeric_items(text, sentence=0, claimed=None):
+        starts = _Starts(text, 0, len(text))
+        for item in _numeric_items(text, sentence=0, claimed=None, starts=starts):
             for group in item.needs:
                 keys.update(key for key in group if not key.startswith("p:"))
             keys.update(_source_extras(item))
         for match in re.finditer(r"\d+(?:[.,]\d+)*", text):  # every number, even inside a word
             keys.update(_loose_number_keys(match.group()))
-        for match in re.finditer(_WORDS_NUMBER, text, re.IGNORECASE):
+        for match in _scan(_WORDS_NUMBER_PATTERN, text, 0, len(text), starts.numbers):
             value = words_value(match.group())
             if value is not None:
                 keys.add(f"n:{value}")
@@ -535,14 +555,14 @@ class SourceIndex:
         for match in _SUBCLAUSE.finditer(text):
             keys.add(f"sub:{match.group(1).lower()}")
         keys.update(f"acr:{initials}" for initials in _spelled_abbreviations(text))
-        lower_words = {fold(word) for word in _LOWER_WORD.findall(text)}
+        lower_words = {fold(word) for word in set(_LOWER_WORD.findall(text))}
         return cls(keys, fold(text), lower_words)
 
     def has(self, key: str) -> bool:
         """Whether the source holds ``key``: a value; a ``p:`` phrase (its last word may be plural or
         singular); a ``near:`` phrase, whose words may come in any order with a few others between."""
         if key.startswith("p:"):
-            return any(f" {variant} " in self.folded for variant in _variants(key[2:]))
+            return any(self._has_phrase(variant) for variant in _variants(key[2:]))
         if key.startswith("near:"):
             return self._near(key[5:].split())
         return key in self.keys
@@ -551,10 +571,24 @@ class SourceIndex:
         """Whether every key of one of the item's groups is in the source."""
         return any(all(self.has(key) for key in group) for group in item.needs)
 
+    def _has_phrase(self, phrase: str) -> bool:
+        """Whether the folded text holds ``phrase`` as whole words; a scan of the text only when each of
+        its words is in :attr:`words`, and once per phrase."""
+        found = self._phrases.get(phrase)
+        if found is None:
+            words = phrase.split()
+            found = bool(words) and all(word in self.words for word in words)
+            if found and len(words) > 1:
+                found = f" {phrase} " in self.folded
+            self._phrases[phrase] = found
+        return found
+
     def _near(self, words: list[str]) -> bool:
         """Whether all ``words`` occur within a window of the folded text about twice their length."""
+        if not words or not all(any(v in self.words for v in _variants(word)) for word in words):
+            return False
         lists = [self._where(word) for word in words]
-        if not words or not all(lists):
+        if not all(lists):
             return False
         window = sum(map(len, words)) * 2 + _NEAR_SLACK_CHARS * len(words)
         for anchor in min(lists, key=len):
@@ -653,8 +687,9 @@ def check_summary(summary: str, source: SourceIndex | str) -> Checks:
     its :class:`SourceIndex` built once)."""
     index = source if isinstance(source, SourceIndex) else SourceIndex.of(source)
     items = extract_items(summary, common_words=index.lower_words)
-    unsupported = tuple(item for item in items if not index.supports(item))
-    return Checks(items=tuple(items), unsupported=unsupported)
+    checked = items[:MAX_CHECKED_ITEMS]
+    unsupported = tuple(item for item in checked if not index.supports(item))
+    return Checks(items=tuple(checked), unsupported=unsupported, unchecked=len(items) - len(checked))
 
 
 def extract_items(summary: str, common_words: Collection[str] | None = None) -> list[Item]:
@@ -666,7 +701,7 @@ def extract_items(summary: str, common_words: Collection[str] | None = None) -> 
     capitalised_inside = _capitalised_inside(summary, sentences)
     items: list[Item] = []
     for sentence in sentences:
-        claimed: list[tuple[int, int]] = []
+        claimed = _Claimed()
         found = _numeric_items(summary, sentence=sentence.index, claimed=claimed, within=sentence)
         found += _term_items(summary, sentence, claimed)
         found += _name_items(summary, sentence, claimed, _Context(capitalised_inside, common_words))
@@ -681,57 +716,148 @@ class _Context:
     common_words: Collection[str] | None
 
 
-def _free(claimed: list[tuple[int, int]], start: int, end: int) -> bool:
-    return all(end <= a or start >= b for a, b in claimed)
+class _Claimed:
+    """Character ranges of a sentence already read as items: none overlaps another, so a range is free
+    when the last one starting before its end ends before its start (a bisection, however many)."""
+
+    def __init__(self) -> None:
+        self._starts: list[int] = []
+        self._ends: list[int] = []
+
+    def free(self, start: int, end: int) -> bool:
+        """Whether ``[start, end)`` overlaps no claimed range."""
+        at = bisect.bisect_left(self._starts, end) - 1
+        return at < 0 or self._ends[at] <= start
+
+    def add(self, start: int, end: int) -> None:
+        """Claim ``[start, end)`` (free: see :meth:`free`)."""
+        at = bisect.bisect_left(self._starts, start)
+        self._starts.insert(at, start)
+        self._ends.insert(at, end)
 
 
 def _numeric_items(
-    text: str, *, sentence: int, claimed: list[tuple[int, int]] | None, within: Sentence | None = None
+    text: str,
+    *,
+    sentence: int,
+    claimed: _Claimed | None,
+    within: Sentence | None = None,
+    starts: _Starts | None = None,
 ) -> list[Item]:
     """Money, percentages, dates, durations, section references and numbers, in that order of
     precedence: with ``claimed`` (a summary's sentence), characters taken by one are not read again
     (``30 days`` is a duration, not a number); without (a source), everything is read every way."""
     start, end = (within.start, within.end) if within is not None else (0, len(text))
     items: list[Item] = []
+    starts = starts or _Starts(text, start, end)
 
     def free(span: tuple[int, int]) -> bool:
-        return claimed is None or _free(claimed, *span)
+        return claimed is None or claimed.free(*span)
 
     def add(kind: Kind, span: tuple[int, int], needs: tuple[tuple[str, ...], ...]) -> None:
         items.append(Item(kind, text[span[0] : span[1]], sentence, span[0], span[1], needs))
         if claimed is not None:
-            claimed.append(span)
+            claimed.add(*span)
 
-    for pattern in (_MONEY_BEFORE, _MONEY_AFTER):
-        for match in pattern.finditer(text, start, end):
+    for pattern, at in ((_MONEY_BEFORE, None), (_MONEY_AFTER, starts.numbers)):
+        for match in _scan(pattern, text, start, end, at):
             value = _money_value(match)
             if value is not None and free(match.span()):
                 currency = _currency(match.group("currency"))
                 add(Kind.MONEY, match.span(), ((f"money:{currency}:{canonical(value)}",),))
-    for match in _PERCENT.finditer(text, start, end):
+    for match in _scan(_PERCENT, text, start, end, starts.numbers):
         value = number_value(match)
         if value is not None and free(match.span()):
             add(Kind.PERCENT, match.span(), ((f"pct:{canonical(value)}",),))
     for pattern in _DATE_PATTERNS:
-        for match in pattern.finditer(text, start, end):
+        at = starts.digits if pattern in _DATES_FROM_DIGITS else None
+        for match in _scan(pattern, text, start, end, at):
             keys = _date_keys(match)
             if keys and free(match.span()):
                 add(Kind.DATE, match.span(), tuple((key,) for key in keys))
-    for match in _DURATION.finditer(text, start, end):
+    for match in _scan(_DURATION, text, start, end, starts.numbers):
         value = number_value(match)
         if value is not None and value > 0 and free(match.span()):
             unit = _DURATION_UNITS[match.group("unit").lower().rstrip("s") or "s"]
             add(Kind.DURATION, match.span(), tuple((key,) for key in _duration_keys(value, unit)))
-    for match in _SECTION.finditer(text, start, end):
+    for match in _scan(_SECTION, text, start, end, starts.sections):
         if free(match.span()):
             items += _section_items(text, match, sentence)
             if claimed is not None:
-                claimed.append(match.span())
-    for match in _PLAIN_NUMBER.finditer(text, start, end):
+                claimed.add(*match.span())
+    for match in _scan(_PLAIN_NUMBER, text, start, end, starts.numbers):
         value = number_value(match)
         if value is not None and value not in (0, 1) and free(match.span()):
             add(Kind.NUMBER, match.span(), ((f"n:{canonical(value)}",),))
     return items
+
+
+# Where a match of the patterns that open with a number can start: a digit that follows no digit, or a
+# number word (of the ASCII letters that follow no ASCII letter). Trying the patterns only there gives
+# the matches ``finditer`` gives, without trying their alternations at every character of a long source.
+_DIGIT_RUN: Final = re.compile(r"(?<!\d)\d")
+_ASCII_WORD: Final = re.compile(r"[A-Za-z]+")
+_NUMBER_WORDS: Final = frozenset([*_UNITS, *_TENS, "hundred", *_SCALES])
+_SECTION_MARKS: Final = re.compile(r"[§¶]")
+_SECTION_PREFIXES: Final = tuple(word for word in _SECTION_WORDS if word.isalpha())
+
+
+class _Starts:
+    """Candidate start positions in ``text[start:end]``, computed on first use."""
+
+    def __init__(self, text: str, start: int, end: int) -> None:
+        self._text, self._start, self._end = text, start, end
+        self._digits: list[int] | None = None
+        self._numbers: list[int] | None = None
+        self._sections: list[int] | None = None
+        self._words: list[tuple[int, str]] | None = None
+
+    def _ascii_words(self) -> list[tuple[int, str]]:
+        if self._words is None:
+            self._words = [
+                (match.start(), match.group().lower())
+                for match in _ASCII_WORD.finditer(self._text, self._start, self._end)
+            ]
+        return self._words
+
+    @property
+    def digits(self) -> list[int]:
+        if self._digits is None:
+            self._digits = [m.start() for m in _DIGIT_RUN.finditer(self._text, self._start, self._end)]
+        return self._digits
+
+    @property
+    def numbers(self) -> list[int]:
+        if self._numbers is None:
+            words = [at for at, word in self._ascii_words() if word in _NUMBER_WORDS]
+            self._numbers = sorted([*self.digits, *words])
+        return self._numbers
+
+    @property
+    def sections(self) -> list[int]:
+        if self._sections is None:
+            words = [at for at, word in self._ascii_words() if word.startswith(_SECTION_PREFIXES)]
+            marks = [m.start() for m in _SECTION_MARKS.finditer(self._text, self._start, self._end)]
+            self._sections = sorted([*words, *marks])
+        return self._sections
+
+
+def _scan(
+    pattern: re.Pattern[str], text: str, start: int, end: int, at: list[int] | None
+) -> Iterator[re.Match[str]]:
+    """``pattern.finditer(text, start, end)``, trying only the positions ``at`` (all when None): the
+    leftmost match at each, no two overlapping, as ``finditer`` (no pattern here matches empty)."""
+    if at is None:
+        yield from pattern.finditer(text, start, end)
+        return
+    position = start
+    for candidate in at:
+        if candidate < position:
+            continue
+        match = pattern.match(text, candidate, end)
+        if match is not None:
+            yield match
+            position = match.end()
 
 
 _PLAIN_NUMBER: Final = re.compile(rf"{_NO_DIGIT_BEFORE}{_NUMBER}{_NO_DIGIT_AFTER}", re.IGNORECASE)
@@ -801,7 +927,7 @@ def _section_items(text: str, match: re.Match[str], sentence: int) -> list[Item]
     return items
 
 
-def _term_items(text: str, sentence: Sentence, claimed: list[tuple[int, int]]) -> list[Item]:
+def _term_items(text: str, sentence: Sentence, claimed: _Claimed) -> list[Item]:
     """Quoted terms (up to :data:`_QUOTED_MAX_WORDS` words; not addresses, paths or markup)."""
     items = []
     for match in _QUOTED.finditer(text, sentence.start, sentence.end):
@@ -809,9 +935,9 @@ def _term_items(text: str, sentence: Sentence, claimed: list[tuple[int, int]]) -
         term = fold(written)
         if not term or len(term.split()) > _QUOTED_MAX_WORDS or _NOT_A_TERM.search(written):
             continue
-        if _free(claimed, *match.span()):
+        if claimed.free(*match.span()):
             items.append(Item(Kind.TERM, match.group(), sentence.index, *match.span(), ((f"p:{term}",),)))
-            claimed.append(match.span())
+            claimed.add(*match.span())
     return items
 
 
@@ -837,10 +963,8 @@ def _capitalised_inside(text: str, sentences: Sequence[Sentence]) -> set[str]:
     return inside
 
 
-def _name_items(
-    text: str, sentence: Sentence, claimed: list[tuple[int, int]], context: _Context
-) -> list[Item]:
-    words = [word for word in _words(text, sentence) if _free(claimed, word.start, word.end)]
+def _name_items(text: str, sentence: Sentence, claimed: _Claimed, context: _Context) -> list[Item]:
+    words = [word for word in _words(text, sentence) if claimed.free(word.start, word.end)]
     runs = list(_capitalised_runs(text, words))
     if _is_heading(text, sentence, words, runs):
         return _heading_items(text, sentence.index, _name_piece(runs[0], context))

@@ -51,7 +51,7 @@ from daemon.errors import ConfigError, DocumentError
 from daemon.summary.budget import ContextBudget, check_summary_lengths
 from daemon.summary.prompts import DEFAULT_INSTRUCTIONS, ChatTokenizer, Instructions, PromptBuilder
 from daemon.summary.structured import CHARS_PER_TOKEN, PROSE, OutputFormat, SchemaProblem, load_schema
-from daemon.typing import DEFAULT_PROFILE
+from daemon.typing import DEFAULT_PROFILE, OnUnsupported
 
 VERSION_DIGITS: Final = 12
 MAX_INSTRUCTION_FILE_BYTES: Final = 256 << 10
@@ -87,6 +87,8 @@ class Profile:
     (:mod:`daemon.summary.structured`)."""
     reuse_cached: bool = True
     """Whether its documents reuse summaries in the summary cache (``profiles.NAME.reuse_cached``)."""
+    on_unsupported: OnUnsupported = "flag"
+    """What a summary with unsupported items gets (``on_unsupported``; :mod:`daemon.summary.checking`)."""
 
     @property
     def prompts(self) -> PromptBuilder:
@@ -401,6 +403,7 @@ def build_profile(
         budget=budget,
         output=spec.output,
         reuse_cached=spec.section.reuses_cached,
+        on_unsupported=spec.section.on_unsupported or "flag",
     )
 
 

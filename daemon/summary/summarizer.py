@@ -32,15 +32,17 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
-from daemon.cache import CachedSummary, CacheKey, Step, SummaryCache
+from daemon.cache import CachedSummary, CacheKey, SummaryCache
+from daemon.cache import Step as CacheStep
 from daemon.config import SummaryConfig
 from daemon.contracts import EngineClient, Generation, Sampling
-from daemon.document.types import Document
+from daemon.document.types import Document, Layout
 from daemon.engine.admission import AdmissionControl
 from daemon.errors import DocumentError, RequestError
 from daemon.ops import pending, tracing
-from daemon.ops.metrics import ENGINE_REQUESTS, observe_structured
+from daemon.ops.metrics import ENGINE_REQUESTS, observe_grounding, observe_structured
 from daemon.records import OUTPUT_BYTES, Summary, clip_text, request_id
+from daemon.summary.checking import CheckResult, check_result, chunk_parts, passages, read_text
 from daemon.summary.chunking import (
     TokenizedText,
     head_ids,
@@ -49,10 +51,12 @@ from daemon.summary.chunking import (
     split_into_chunks,
     tokenize_text,
 )
+from daemon.summary.evidence import Part, Step
+from daemon.summary.grounding import SourceIndex
 from daemon.summary.options import NO_OPTIONS, SummaryOptions
 from daemon.summary.profiles import Profile, Profiles
 from daemon.summary.prompts import PROMPT_VERSION, ChatTokenizer, PromptKind
-from daemon.summary.structured import Accepted, InvalidOutput
+from daemon.summary.structured import RETRY_MIN_TEMPERATURE, Accepted, InvalidOutput
 from daemon.summary.tidy import tidy
 from daemon.typing import Strategy
 
@@ -128,13 +132,18 @@ class _DocumentRun:
         self.final_attempt = 0
         """The final step's try whose output was accepted (0: the first; a retry's is not stored)."""
 
+        self.engine_s = 0.0
+        """Seconds from the start to the final summary (its check excluded)."""
+        self.check_s = 0.0
+        self._index: asyncio.Future[SourceIndex] | None = None
+
     # -- the summary cache -------------------------------------------------------------------------
 
     def step(
         self, kind: PromptKind, *, style: Any, max_tokens: int, sampling: Sampling | None = None
-    ) -> Step:
+    ) -> CacheStep:
         """What a request of ``kind`` adds around its text, as cache keys hold it."""
-        return Step(
+        return CacheStep(
             template=self._profile.prompts.template_ids(kind, style=style, max_tokens=max_tokens),
             sampling=sampling or self._profile.sampling(max_tokens),
             prompt_version=PROMPT_VERSION,
@@ -212,6 +221,80 @@ class _DocumentRun:
         if entries:
             await self.cache.put_many(entries)
 
+    def index_source(self, spans: list[tuple[int, int]]) -> None:
+        """Start building the grounding index of the text that ``spans`` of the document hold (what the
+        requests read), in a worker thread, while the engine works."""
+        text = read_text(self._document.text, spans)
+        self._index = asyncio.ensure_future(asyncio.to_thread(SourceIndex.of, text))
+
+    def close(self) -> None:
+        """Stop waiting for the index (a document that failed); its thread finishes on its own."""
+        if self._index is not None and not self._index.done():
+            self._index.cancel()
+
+    async def finish_checked(
+        self,
+        kind: PromptKind,
+        body_ids: list[int],
+        *,
+        plan: _Plan,
+        parts: list[Part],
+        tree: Step | None = None,
+        urgent: bool = False,
+        key: CacheKey | None = None,
+    ) -> tuple[Generation, Accepted, CheckResult]:
+        """:meth:`finish`, then the grounding check and the evidence of its summary, and the profile's
+        ``on_unsupported``: ``retry`` draws the final step once more and keeps the summary with fewer
+        unsupported items; ``fail`` raises DocumentError ``unsupported_claims`` with the summary, its
+        checks and evidence."""
+        profile = plan.profile
+        generation, accepted = await self.finish(kind, body_ids, plan=plan, urgent=urgent, key=key)
+        self.engine_s = time.monotonic() - self.started
+        checked = await self._check(accepted, parts, tree)
+        retried = False
+        if checked.unsupported and profile.on_unsupported == "retry":
+            retried = True
+            try:
+                again = await self.finish(kind, body_ids, plan=plan, urgent=urgent, redraw=True)
+            except DocumentError as exc:
+                if exc.reason != "invalid_output":
+                    raise
+                again = None  # the first summary stands: it was valid
+            self.engine_s = time.monotonic() - self.started
+            if again is not None:
+                second = await self._check(again[1], parts, tree)
+                if second.unsupported < checked.unsupported:
+                    (generation, accepted), checked = again, second
+                    self.final_attempt = max(self.final_attempt, 1)  # another draw: never stored
+        checked.checks_record["on_unsupported"] = profile.on_unsupported
+        if profile.on_unsupported == "retry":
+            checked.checks_record["retried"] = retried
+        observe_grounding(profile.name, checked.checks, seconds=self.check_s, retried=retried)
+        if checked.unsupported and profile.on_unsupported == "fail":
+            raise DocumentError(
+                "unsupported_claims",
+                f"the summary states {checked.unsupported} item(s) its source does not hold: "
+                + "; ".join(
+                    f"{item.kind.value} {item.text!r}" for item in checked.checks.unsupported[:_NAMED_ITEMS]
+                ),
+                fields={
+                    "summary": accepted.text,
+                    "checks": checked.checks_record,
+                    "evidence": list(checked.evidence),
+                },
+            )
+        return generation, accepted, checked
+
+    async def _check(self, accepted: Accepted, parts: list[Part], tree: Step | None) -> CheckResult:
+        """The check and evidence of ``accepted`` against the index, in a worker thread."""
+        started = time.monotonic()
+        if self._index is None:  # pragma: no cover - every path starts it before its final step
+            raise AssertionError("the grounding index was not started")
+        index = await self._index
+        result = await asyncio.to_thread(check_result, accepted.text, accepted.structured, index, parts, tree)
+        self.check_s += time.monotonic() - started
+        return result
+
     async def finish(
         self,
         kind: PromptKind,
@@ -220,6 +303,7 @@ class _DocumentRun:
         plan: _Plan,
         urgent: bool = False,
         key: CacheKey | None = None,
+        redraw: bool = False,
     ) -> tuple[Generation, Accepted]:
         """The document's final request, in its profile's output format: accepted as it is (prose),
         or parsed and validated against the profile's schema, with one retry (a new draw) when the
@@ -229,7 +313,13 @@ class _DocumentRun:
         try's output is stored unless it was cut off or refused (a retry's never: it is another draw)."""
         output = plan.profile.output
         base = plan.profile.sampling(plan.max_tokens)
-        if key is not None and self.cache is not None and (entry := await self.cache.get(key)) is not None:
+        if redraw:  # another draw (on_unsupported = "retry"): another seed where one is set, never greedy
+            base = dataclasses.replace(
+                base,
+                seed=None if base.seed is None else base.seed + 1,
+                temperature=max(base.temperature, RETRY_MIN_TEMPERATURE),
+            )
+        elif key is not None and self.cache is not None and (entry := await self.cache.get(key)) is not None:
             reused = await self._accept_cached(output, entry, whole=kind is PromptKind.DOCUMENT)
             if reused is not None:
                 return reused
@@ -395,7 +485,7 @@ class _DocumentRun:
 
     def summary(
         self,
-        finished: tuple[Generation, Accepted],
+        finished: tuple[Generation, Accepted, CheckResult],
         *,
         plan: _Plan,
         strategy: str,
@@ -407,7 +497,7 @@ class _DocumentRun:
     ) -> Summary:
         """The document's summary from its final request and the counters; ``spans`` are the character
         ranges of the document that its requests read (the result's ``sources``)."""
-        final, accepted = finished
+        final, accepted, checked = finished
         return Summary(
             text=accepted.text,
             structured=accepted.structured,
@@ -428,13 +518,26 @@ class _DocumentRun:
             cached_prompt_tokens=self.cached_prompt_tokens,
             finish_reason=final.finish_reason,
             first_token_s=self.first_token_s,
-            engine_s=time.monotonic() - self.started,
+            engine_s=self.engine_s,
             sources=tuple(self.source(index, span) for index, span in enumerate(spans, 1)),
             reused_parts=self.reused_parts,
             reused_requests=self.reused_requests,
             reused_prompt_tokens=self.reused_prompt_tokens,
             reused_generated_tokens=self.reused_generated_tokens,
+            checks=checked.checks_record,
+            evidence=checked.evidence,
+            check_s=self.check_s,
         )
+
+    @property
+    def document_text(self) -> str:
+        """The document's extracted text."""
+        return self._document.text
+
+    @property
+    def document_layout(self) -> Layout:
+        """The document's layout (pages, headings)."""
+        return self._document.layout
 
     def source(self, part: int, span: tuple[int, int]) -> dict[str, Any]:
         """Where part ``part`` (the characters ``span``) of the document came from."""
@@ -556,8 +659,14 @@ class Summarizer:
             )
         pending.tokenized(len(tokens))
         if len(tokens) <= room:
-            final = await run.finish(
-                PromptKind.DOCUMENT, tokens.ids, plan=plan, key=self._part_key(run, tokens.ids, plan)
+            whole = [(0, len(tokens.text))]
+            run.index_source(whole)
+            final = await run.finish_checked(
+                PromptKind.DOCUMENT,
+                tokens.ids,
+                plan=plan,
+                parts=passages(document.text, document.layout, whole),
+                key=self._part_key(run, tokens.ids, plan),
             )
             return run.summary(
                 final,
@@ -567,13 +676,21 @@ class Summarizer:
                 depth=1,
                 tokens=len(tokens),
                 dropped=0,
-                spans=[(0, len(tokens.text))],
+                spans=whole,
             )
         cut = CUTS.get(plan.strategy)
         if cut is None:
+            run.index_source([(0, len(tokens.text))])
             return await self._map_reduce(run, tokens, plan)
         kept, spans, kept_tokens = cut(tokens, room, self._gap_ids)
-        final = await run.finish(PromptKind.DOCUMENT, kept, plan=plan, key=self._part_key(run, kept, plan))
+        run.index_source(list(spans))
+        final = await run.finish_checked(
+            PromptKind.DOCUMENT,
+            kept,
+            plan=plan,
+            parts=passages(document.text, document.layout, spans),
+            key=self._part_key(run, kept, plan),
+        )
         return run.summary(
             final,
             plan=plan,
@@ -635,6 +752,7 @@ class Summarizer:
         )
         spans = [(chunk.char_start, chunk.char_end) for chunk in chunks]
         labels = [_label(i, _where(run.source(i, span))) for i, span in enumerate(spans, 1)]
+        steps = [Step(tidy(generation.text), (i,)) for i, generation in enumerate(generations, 1)]
         entries = [
             self._entry(label, generation.text, part_tokens)
             for label, generation in zip(labels, generations, strict=True)
@@ -666,6 +784,7 @@ class Summarizer:
                 self._entry(label, generation.text, step_tokens)
                 for label, generation in zip(labels, generations, strict=True)
             ]
+            steps = _combined(steps, [len(group) for group in groups], generations)
             depth += 1
         notes = [i for entry in entries for i in entry]
         opening = self._opening(tokens, wanted_opening, combining.final_room - len(notes))
@@ -678,8 +797,16 @@ class Summarizer:
                 sampling=plan.profile.output.sampling(plan.profile.sampling(plan.max_tokens), 0),
             )
             final_key = _combine_key(run, keys, labels, final_step, verbatim=opening)
-        final = await run.finish(
-            PromptKind.COMBINE, [*opening, *notes], plan=plan, urgent=True, key=final_key
+        # The opening is the start of part 1: evidence reaches part 1 through it.
+        read: tuple[int | Step, ...] = (1, *steps) if opening else tuple(steps)
+        final = await run.finish_checked(
+            PromptKind.COMBINE,
+            [*opening, *notes],
+            plan=plan,
+            urgent=True,
+            parts=chunk_parts(run.document_text, run.document_layout, spans),
+            tree=Step("", read),
+            key=final_key,
         )
         return run.summary(
             final,
@@ -713,6 +840,20 @@ class Summarizer:
         come out a few tokens longer."""
         body = self.encode(tidy(text))[:limit]
         return [*self.encode(label), *body, *self.encode("\n\n")]
+
+
+_NAMED_ITEMS: Final = 5
+"""An ``unsupported_claims`` failure's message names this many items (the record lists them all)."""
+
+
+def _combined(steps: list[Step], sizes: list[int], generations: list[Generation]) -> list[Step]:
+    """The combine steps of one level: each reads the next ``sizes[i]`` of ``steps`` and wrote
+    ``generations[i]``."""
+    combined, at = [], 0
+    for size, generation in zip(sizes, generations, strict=True):
+        combined.append(Step(tidy(generation.text), tuple(steps[at : at + size])))
+        at += size
+    return combined
 
 
 def _request_attributes(
@@ -769,7 +910,7 @@ def _combine_key(
     run: _DocumentRun,
     children: Sequence[CacheKey | None],
     labels: Sequence[str],
-    step: Step,
+    step: CacheStep,
     *,
     verbatim: Sequence[int] = (),
 ) -> CacheKey | None:

@@ -242,6 +242,11 @@ def test_dashboard_and_alerts_use_exported_metrics(
         "docsumd_structured_outputs_total",
         "docsumd_structured_seconds_total",
         "docsumd_structured_tokens_total",
+        "docsumd_grounding_checked_summaries_total",
+        "docsumd_grounding_flagged_summaries_total",
+        "docsumd_grounding_unsupported_total",
+        "docsumd_grounding_seconds_total",
+        "docsumd_grounding_retries_total",
     } <= used, used
 
     # The engine settings docsumd passes through reach the engine: n-gram speculative decoding

@@ -11,10 +11,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -40,6 +42,21 @@ MAX_SUMMARY_TOKENS = 32
 BAD_OPTIONS = "reg-debian-policy-ch-controlfields.txt"  # its sidecar asks for an unknown style
 GOOD_SIDECAR = "legal-debian-social-contract.options.json"
 BAD_SIDECAR = f"{BAD_OPTIONS}.options.json"
+# Documents under a profile that fails a summary with unsupported items: plain lower-case text without
+# a number or a name, so that any number, name or abbreviation the tiny model writes is unsupported.
+STRICT = {
+    f"strict-{n}.txt": " ".join(
+        f"the {a} cat sat on the {b} mat and looked at the open door of the quiet {c} house."
+        for a, b, c in zip(
+            ["grey", "small", "old"] * 20,
+            ["red", "blue", "warm"] * 20,
+            ["stone", "wooden"] * 30,
+            strict=False,
+        )
+    )[n * 7 :].encode()
+    for n in range(4)
+}
+STRICT_PROFILE = '\n[profiles.strict]\non_unsupported = "fail"\n'
 
 
 def test_folder_end_to_end(layout: Layout, start_daemon: Callable[..., DaemonProcess], corpus: Path) -> None:
@@ -61,9 +78,16 @@ def test_folder_end_to_end(layout: Layout, start_daemon: Callable[..., DaemonPro
     (layout.inbox / ".still-writing.txt").write_text("not yet")
     (layout.inbox / "upload.txt.part").write_text("not yet")
 
+    for name, data in STRICT.items():
+        (layout.inbox / f"{name}.options.json").write_text(json.dumps({"profile": "strict"}))
+        inputs[name] = data
+        drop_file(layout.inbox, name, data)
+
     # The cache off: the counts below are of engine work (corpus texts share clauses, which it would
     # reuse).
     layout.write_config(**{"limits.max_input_bytes": str(1_100_000), "cache.enabled": "false"})
+    with layout.config.open("a", encoding="utf-8") as config:
+        config.write(STRICT_PROFILE)
     daemon = start_daemon()
     daemon.wait_ready()
 
@@ -89,12 +113,19 @@ def test_folder_end_to_end(layout: Layout, start_daemon: Callable[..., DaemonPro
     assert daemon.http_get("/readyz")[0] == 200
     status, metrics = daemon.http_get("/metrics")
     assert status == 200
+    strict_failed = {name for name in STRICT if (layout.failed / name).exists()}
     good_names = [
         name
         for name in GOOD_AT_START + GOOD_LATER + ODD_BUT_GOOD + ["written-in-place.txt"]
         if name != BAD_OPTIONS
-    ]
+    ] + sorted(set(STRICT) - strict_failed)
     assert f'docsumd_documents_total{{outcome="ok",source="folder"}} {float(len(good_names))}' in metrics
+    assert f'outcome="unsupported_claims",source="folder"}} {float(len(strict_failed))}' in metrics
+    assert 'docsumd_grounding_checked_summaries_total{profile="strict"} 4.0' in metrics
+    assert (
+        f'docsumd_grounding_flagged_summaries_total{{profile="strict"}} {float(len(strict_failed))}'
+        in metrics
+    )
     assert 'docsumd_documents_total{outcome="binary",source="folder"} 2.0' in metrics
     assert 'docsumd_documents_total{outcome="invalid_options",source="folder"} 1.0' in metrics
     assert 'docsumd_engine_requests_total{kind="part"}' in metrics
@@ -107,9 +138,23 @@ def test_folder_end_to_end(layout: Layout, start_daemon: Callable[..., DaemonPro
     assert daemon.leftover_processes() == []  # every process of the daemon exits with it
 
     # Every good input: moved to done, with a complete result.
-    assert layout.inputs_in(layout.done) == {*good_names, GOOD_SIDECAR}
+    assert layout.inputs_in(layout.done) == {
+        *good_names,
+        GOOD_SIDECAR,
+        *(f"{name}.options.json" for name in set(STRICT) - strict_failed),
+    }
     for name in good_names:
         _check_result(layout, name, inputs[name])
+    # The strict profile: the tiny model's random text names things a plain lower-case text does not
+    # hold, so its summaries fail with unsupported_claims, their record keeping summary and checks.
+    assert strict_failed, "no summary of the strict profile had an unsupported item"
+    for name in strict_failed:
+        failure = layout.error(name)
+        assert failure["reason"] == "unsupported_claims", failure
+        assert failure["checks"]["counts"]["unsupported"] == len(failure["checks"]["unsupported"]) >= 1
+        _check_items(failure["summary"], failure["checks"], failure["evidence"])
+    for name in set(STRICT) - strict_failed:
+        assert layout.result(name)["checks"]["counts"]["unsupported"] == 0
     assert layout.result("written-in-place.txt")["sha256"] == hashlib.sha256(slow).hexdigest()
     assert layout.result("utf16_bom.txt")["encoding"] in {"utf-16-le", "utf-16-be"}
     for long_name in ("paper-pmc-pone-0000217.txt", "tech-pydoc-library-stdtypes.txt", "one_giant_line.txt"):
@@ -135,8 +180,17 @@ def test_folder_end_to_end(layout: Layout, start_daemon: Callable[..., DaemonPro
     assert (layout.failed / BAD_SIDECAR).exists()
 
     # Every bad input: moved to failed, with a failure record giving the reason.
-    expected_failures = {**BAD_EXPECTED, "too_big.txt": "too_large", BAD_OPTIONS: "invalid_options"}
-    assert layout.inputs_in(layout.failed) == {*expected_failures, BAD_SIDECAR}
+    expected_failures = {
+        **BAD_EXPECTED,
+        "too_big.txt": "too_large",
+        BAD_OPTIONS: "invalid_options",
+        **dict.fromkeys(strict_failed, "unsupported_claims"),
+    }
+    assert layout.inputs_in(layout.failed) == {
+        *expected_failures,
+        BAD_SIDECAR,
+        *(f"{name}.options.json" for name in strict_failed),
+    }
     for name, reason in expected_failures.items():
         record = layout.error(name)
         assert record["reason"] == reason, (name, record)
@@ -173,9 +227,36 @@ def _check_result(layout: Layout, name: str, data: bytes) -> None:
     assert result["generated_tokens"] >= result["summary_tokens"]
     assert result["truncated"] == (result["dropped_tokens"] > 0)
     assert result["prompt_version"]
-    for key in ("queued_s", "engine_s", "total_s"):
+    for key in ("queued_s", "engine_s", "check_s", "total_s"):
         assert result["timings"][key] >= 0
+    # Evidence and checks: every sentence of the summary, in order; each passage within a part read.
+    _check_items(result["summary"], result["checks"], result["evidence"])
+    read = [part["chars"] for part in result["sources"]]
+    for entry in result["evidence"]:
+        for passage in entry["parts"]:
+            start, end = read[passage["part"] - 1]
+            assert start <= passage["chars"][0] < passage["chars"][1] <= end, (name, passage, read)
     json.dumps(result)  # plain JSON all the way down
+
+
+def _check_items(summary: str, checks: dict[str, Any], evidence: list[dict[str, Any]]) -> None:
+    """The checks and evidence of ``summary`` hang together: sentences in order, within the summary;
+    every unsupported item where its chars say, in the sentence its index names."""
+    assert [entry["sentence"] for entry in evidence] == list(range(len(evidence)))
+    assert bool(evidence) == bool(re.search(r"\w", summary))  # a sentence needs a letter or digit
+    for entry in evidence:
+        start, end = entry["chars"]
+        assert " ".join(summary[start:end].split()) == entry["text"]
+    counts = checks["counts"]
+    assert counts["unsupported"] == len(checks["unsupported"])
+    assert sum(kind["supported"] + kind["unsupported"] for kind in checks["by_kind"].values()) == (
+        counts["supported"] + counts["unsupported"]
+    )
+    for item in checks["unsupported"]:
+        start, end = item["chars"]
+        assert summary[start:end] == item["text"]
+        sentence = evidence[item["sentence"]]["chars"]
+        assert sentence[0] <= start < end <= sentence[1]
 
 
 def _corpus_file(corpus: Path, name: str) -> Path:

@@ -55,7 +55,7 @@ def test_checks_and_evidence_of_a_summary(tmp_path: Path, capsys: pytest.Capture
     assert report["summary"]["sentences"] == 2
     assert report["parts"]["by"] == "paragraphs"
     checks = report["checks"]
-    assert checks["counts"] == {"supported": 2, "unsupported": 1}
+    assert checks["counts"] == {"supported": 2, "unsupported": 1, "unchecked": 0}
     assert checks["unsupported"] == [
         {"text": "60 days", "kind": "duration", "sentence": 1, "chars": [54, 61]}
     ]
@@ -155,7 +155,7 @@ def test_with_a_config_the_parts_are_the_models_chunks(
     assert report is not None
     assert report["parts"]["by"] == "chunks"
     assert report["parts"]["count"] > 1
-    assert report["checks"]["counts"] == {"supported": 1, "unsupported": 0}
+    assert report["checks"]["counts"] == {"supported": 1, "unsupported": 0, "unchecked": 0}
 
 
 def test_an_invalid_config_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -14,6 +14,7 @@ from daemon.errors import DocumentError, EngineDeadError, RequestError, SinkErro
 from daemon.ops.metrics import PROFILE_DOCUMENTS
 from daemon.pipeline import OK, DocumentPipeline
 from daemon.records import Record
+from daemon.summary.grounding import Kind
 from daemon.summary.profiles import build_profiles
 from daemon.summary.prompts import PromptKind
 from daemon.summary.summarizer import Summarizer
@@ -276,3 +277,15 @@ def test_every_series_the_dashboard_queries_exists_at_0_from_the_start(
         assert REGISTRY.get_sample_value(family, {"profile": name}) == 0.0
     for kind in PromptKind:
         assert REGISTRY.get_sample_value("docsumd_engine_requests_total", {"kind": kind.value}) is not None
+    # The grounding series of every kind, before any summary was checked.
+    for family in (
+        "docsumd_grounding_checked_summaries_total",
+        "docsumd_grounding_flagged_summaries_total",
+        "docsumd_grounding_retries_total",
+        "docsumd_grounding_seconds_total",
+    ):
+        assert REGISTRY.get_sample_value(family, {"profile": name}) == 0.0
+    for grounding_kind in Kind:
+        labels = {"profile": name, "kind": grounding_kind.value}
+        assert REGISTRY.get_sample_value("docsumd_grounding_items_total", labels) == 0.0
+        assert REGISTRY.get_sample_value("docsumd_grounding_unsupported_total", labels) == 0.0

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from aiokafka import ConsumerRecord
 
-from daemon.config import Config, EngineConfig, SummaryConfig
+from daemon.config import Config, EngineConfig, ProfileConfig, SummaryConfig
 from daemon.document.decode import decode_document
 from daemon.document.reader import DocumentReader
 from daemon.engine.admission import Admission, AdmissionLimits
@@ -217,3 +217,35 @@ def test_the_schema_refuses_a_record_that_drifted(change: Any, problem: str) -> 
 def test_the_failure_schema_lists_every_reason() -> None:
     reason = json_schemas()["failure"]["properties"]["reason"]
     assert reason["enum"] == list(REASONS)
+
+
+async def test_an_unsupported_claims_failure_keeps_the_summary_checks_and_evidence(tokenizer: Any) -> None:
+    config = Config(
+        engine=EngineConfig(model="unused", max_model_len=1024),
+        summary=SummaryConfig(max_summary_tokens=16),
+        profiles={"strict": ProfileConfig(on_unsupported="fail")},
+    )
+    profiles = build_profiles(config, tokenizer)
+    engine = FakeEngine(text="The goods go to Globex in 1999.")
+    admission = Admission(AdmissionLimits(max_requests=8, max_tokens=10**6))
+    summarizer = Summarizer(engine, tokenizer, config.summary, profiles=profiles, admission=admission)
+    pipeline = DocumentPipeline(summarizer, model_name="tiny", reader=DocumentReader(max_input_bytes=1 << 20))
+    acks = Acks()
+    strict = acks.item("strict.txt", SHORT, profile="strict")
+    flagged = acks.item("flagged.txt", SHORT)
+    for name, item in (("strict.txt", strict), ("flagged.txt", flagged)):
+        item.metadata = name_fields(name)
+
+    assert await pipeline.process(strict) == "unsupported_claims"
+    assert await pipeline.process(flagged) == OK  # the default profile flags
+
+    failure = acks.failed["strict.txt"]
+    assert_valid(failure, "failure")
+    assert failure["summary"] == "The goods go to Globex in 1999."
+    assert [item["kind"] for item in failure["checks"]["unsupported"]] == ["name", "date"]
+    assert failure["checks"]["on_unsupported"] == "fail"
+    assert failure["evidence"][0]["text"] == failure["summary"]
+    result = acks.completed["flagged.txt"]
+    assert_valid(result, "result")
+    assert result["checks"]["counts"]["unsupported"] == 2
+    assert result["timings"]["check_s"] >= 0

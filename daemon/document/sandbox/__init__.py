@@ -2,5 +2,5 @@
 processes (:mod:`~daemon.document.sandbox.pool`) and sends them untrusted PDF, DOCX, ODT and HTML
 bytes; a worker (:mod:`~daemon.document.sandbox.worker`, the only importer of
 :mod:`daemon.document.extract` and its parsers) answers with text and layout, which the pool checks
-before trusting it. The frame protocol and its constants live in the worker module, which the pool
-imports without importing any parser."""
+before trusting it. The frame protocol of both directions and the check of every reply live in
+:mod:`~daemon.document.sandbox.protocol`, which both sides import and which imports no parser."""

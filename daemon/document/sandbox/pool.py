@@ -4,7 +4,7 @@ PDF, DOCX, ODT and HTML parsers are large native libraries fed with whatever arr
 on the topic, so extraction is the daemon's trust boundary. Each document is extracted in a
 long-lived worker process (:mod:`daemon.document.sandbox.worker`: resource limits, no new privileges, no
 files, a clean environment, dies with the daemon), never in the daemon itself, and what comes back
-is JSON that the pool checks before anything else sees it (:func:`parse_reply`).
+is JSON that the pool checks before anything else sees it (:mod:`daemon.document.sandbox.protocol`).
 
 At most ``workers`` extractions run at once; the others wait for a worker, first come first
 served. A worker that dies on a document (a signal, RLIMIT_CPU's SIGXCPU, a MemoryError under
@@ -25,21 +25,18 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
-import itertools
-import json
-import math
 import os
-import re
 import signal
 import sys
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeVar
 
-from daemon.document.extract.markup import MAX_HEADINGS, MAX_TITLE_CHARS
-from daemon.document.sandbox import worker as protocol
-from daemon.document.types import EXPANSION_REASON, Extracted, ExtractLimits, Format, Heading, Layout
-from daemon.errors import DocumentError, Reason
+from daemon.document.sandbox import protocol
+from daemon.document.sandbox import worker as worker_module
+from daemon.document.sandbox.protocol import InvalidReply, loads_reply, parse_reply, reply_cap
+from daemon.document.types import EXTRACTED_FORMATS, Extracted, ExtractLimits, Format
+from daemon.errors import DocumentError
 from daemon.lifecycle import Lifecycle
 from daemon.ops.logging import get_logger
 
@@ -80,18 +77,6 @@ libpython outside the loader's path needs this one to start. Nothing else of the
 reaches a worker (only ``PYTHONPATH``, computed)."""
 MAX_READY_BYTES: Final = 64 * 1024
 STREAM_LIMIT: Final = 1024 * 1024
-
-WORKER_REASONS: Final[frozenset[Reason]] = frozenset(
-    {"encrypted", "malformed", "too_large", EXPANSION_REASON, "no_text", "binary", "internal_error"}
-)
-"""The reasons an ``error`` reply may carry: those the extractors raise
-(:mod:`daemon.document.extract`) and ``internal_error``. Another is the worker misbehaving."""
-MAX_HEADING_LEVEL: Final = 1000
-"""A sanity bound on a heading's level (a PDF outline may nest deeper than the six levels written)."""
-MAX_DETAILS_ITEMS: Final = 1000
-MAX_DETAILS_DEPTH: Final = 8
-
-_SURROGATES: Final = re.compile("[\ud800-\udfff]")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -155,10 +140,6 @@ class _Failed(Exception):
         super().__init__(message)
         self.cause = cause
         self.message = message
-
-
-class InvalidReply(Exception):
-    """What a worker sent is not a valid reply (it is misbehaving)."""
 
 
 class _WorkerFatal(Exception):
@@ -270,146 +251,6 @@ class _Worker:
             log.warning("reading an extraction worker's stderr failed", pid=self.pid, error=repr(error))
 
 
-# -- checking what a worker sends ------------------------------------------------------------------------
-
-
-def _no_constant(name: str) -> Any:
-    raise InvalidReply(f"{name} is not JSON")
-
-
-def loads_reply(payload: bytes) -> dict[str, Any]:
-    """A reply frame's JSON object (raw lone surrogates allowed, as the worker sends them)."""
-    try:
-        message = json.loads(payload.decode("utf-8", "surrogatepass"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-        raise InvalidReply(f"not JSON ({type(exc).__name__})") from None
-    if not isinstance(message, dict) or len(message) != 1:
-        raise InvalidReply("not a JSON object of one member")
-    return message
-
-
-def _int(value: Any, what: str, low: int, high: int) -> int:
-    # bool is an int to Python, not to the protocol
-    if type(value) is not int or not low <= value <= high:
-        raise InvalidReply(f"{what} is not an integer from {low} to {high}")
-    return value
-
-
-def _members(value: Any, what: str, keys: frozenset[str]) -> dict[str, Any]:
-    if not isinstance(value, dict) or set(value) != keys:
-        raise InvalidReply(f"{what} is not an object of {', '.join(sorted(keys))}")
-    return value
-
-
-def _page_starts(value: Any, length: int, max_pages: int) -> tuple[int, ...]:
-    if not isinstance(value, list) or len(value) > max_pages:
-        raise InvalidReply(f"page_starts is not a list of at most {max_pages} offsets")
-    starts = tuple(_int(start, "a page start", 0, length) for start in value)
-    if starts and starts[0] != 0:
-        raise InvalidReply("the first page does not start at 0")
-    if any(later < earlier for earlier, later in itertools.pairwise(starts)):
-        raise InvalidReply("page starts are not in ascending order")
-    return starts
-
-
-def _headings(value: Any, length: int) -> tuple[Heading, ...]:
-    if not isinstance(value, list) or len(value) > MAX_HEADINGS:
-        raise InvalidReply(f"headings is not a list of at most {MAX_HEADINGS}")
-    headings: list[Heading] = []
-    for entry in value:
-        if not isinstance(entry, list) or len(entry) != 3:
-            raise InvalidReply("a heading is not [level, title, start]")
-        level = _int(entry[0], "a heading's level", 1, MAX_HEADING_LEVEL)
-        title = entry[1]
-        if not isinstance(title, str) or len(title) > MAX_TITLE_CHARS:
-            raise InvalidReply(f"a heading's title is not a string of at most {MAX_TITLE_CHARS} characters")
-        start = _int(entry[2], "a heading's start", 0, length)
-        if headings and start < headings[-1].start:
-            raise InvalidReply("headings are not in ascending order of their starts")
-        headings.append(Heading(level, _SURROGATES.sub("\ufffd", title), start))
-    return tuple(headings)
-
-
-def _details(value: Any, depth: int = 0, budget: list[int] | None = None) -> Any:
-    """``details`` checked (bounded, finite numbers) and cleaned (lone surrogates replaced: results
-    are written as UTF-8)."""
-    budget = [MAX_DETAILS_ITEMS] if budget is None else budget
-    budget[0] -= 1
-    if budget[0] < 0 or depth > MAX_DETAILS_DEPTH:
-        raise InvalidReply(
-            f"details hold over {MAX_DETAILS_ITEMS} values or nest over {MAX_DETAILS_DEPTH} deep"
-        )
-    if isinstance(value, str):
-        return _SURROGATES.sub("\ufffd", value)
-    if isinstance(value, float) and not math.isfinite(value):
-        raise InvalidReply("details hold a number that is not finite")
-    if value is None or isinstance(value, bool | int | float):
-        return value
-    if isinstance(value, list):
-        return [_details(item, depth + 1, budget) for item in value]
-    assert isinstance(value, dict)  # JSON has nothing else
-    return {_SURROGATES.sub("\ufffd", key): _details(item, depth + 1, budget) for key, item in value.items()}
-
-
-_OK_KEYS: Final = frozenset({"text", "format", "layout", "details"})
-_LAYOUT_KEYS: Final = frozenset({"page_starts", "headings"})
-_ERROR_KEYS: Final = frozenset({"reason", "message"})
-
-
-def _extracted(value: Any, limits: ExtractLimits) -> Extracted:
-    ok = _members(value, "ok", _OK_KEYS)
-    text = ok["text"]
-    if not isinstance(text, str) or len(text) > limits.max_output_chars:
-        raise InvalidReply(f"the text is not a string of at most {limits.max_output_chars} characters")
-    try:
-        fmt = Format(ok["format"])
-    except (ValueError, TypeError):
-        raise InvalidReply("the format is not one docsumd knows") from None
-    layout = _members(ok["layout"], "layout", _LAYOUT_KEYS)
-    details = ok["details"]
-    if not isinstance(details, dict):
-        raise InvalidReply("details is not an object")
-    return Extracted(
-        text=text,
-        format=fmt,
-        layout=Layout(
-            page_starts=_page_starts(layout["page_starts"], len(text), limits.max_pages),
-            headings=_headings(layout["headings"], len(text)),
-        ),
-        details=_details(details),
-    )
-
-
-def _refusal(value: Any) -> DocumentError:
-    error = _members(value, "error", _ERROR_KEYS)
-    reason, message = error["reason"], error["message"]
-    if not isinstance(reason, str) or reason not in WORKER_REASONS:
-        raise InvalidReply("an error's reason is not one an extractor gives")
-    if not isinstance(message, str) or len(message) > protocol.MAX_MESSAGE_CHARS:
-        raise InvalidReply(
-            f"an error's message is not a string of at most {protocol.MAX_MESSAGE_CHARS} characters"
-        )
-    return DocumentError(reason, _SURROGATES.sub("\ufffd", message))
-
-
-def parse_reply(payload: bytes, limits: ExtractLimits) -> Extracted | DocumentError:
-    """A worker's answer to one document: the text and layout, or the extractor's refusal (to be
-    raised). :class:`InvalidReply` for anything else: wrong JSON, types, lengths (text over
-    ``max_output_chars``), offsets out of order or outside the text, an unknown format or reason."""
-    message = loads_reply(payload)
-    if "ok" in message:
-        return _extracted(message["ok"], limits)
-    if "error" in message:
-        return _refusal(message["error"])
-    raise InvalidReply("neither ok nor error")
-
-
-def reply_cap(limits: ExtractLimits) -> int:
-    """The most bytes a valid reply can take: the text at 6 bytes a character (a control character
-    is written ``\\u0001``), headings and details besides; within the 4-byte length prefix."""
-    return min(8 * limits.max_output_chars + 4 * MIB, 2**32 - 1)
-
-
 def import_path() -> str:
     """This process's ``sys.path`` as a ``PYTHONPATH``: the worker then finds the very package
     (and test targets) this process runs, whether installed, editable or run from a checkout."""
@@ -431,6 +272,9 @@ class ExtractionPool(Lifecycle):
     Use it from one event loop, the one that started it: its workers are that loop's subprocesses
     (and die with the thread that started them, ``PR_SET_PDEATHSIG``). It installs no signal
     handler."""
+
+    formats: frozenset[Format] = EXTRACTED_FORMATS
+    """The formats it extracts (:class:`~daemon.document.reader.Extractor`)."""
 
     def __init__(
         self,
@@ -555,7 +399,7 @@ class ExtractionPool(Lifecycle):
         log.info("extraction workers stopped", workers=len(workers))
 
     def _prepare_command(self) -> None:
-        options = protocol.WorkerOptions(
+        options = worker_module.WorkerOptions(
             target=self.target,
             memory_bytes=self.limits.memory_bytes,
             cpu_seconds=self.limits.cpu_seconds,
@@ -757,7 +601,7 @@ class ExtractionPool(Lifecycle):
         limits = self.limits
         if status is None:
             return _Failed("protocol", "the extraction worker closed its reply pipe without exiting")
-        if status == protocol.EXIT_MEMORY:
+        if status == worker_module.EXIT_MEMORY:
             cause, what = (
                 "memory",
                 f"went over its memory limit ({limits.memory_bytes / MIB:g} MiB, extract.memory_mib)",

@@ -28,23 +28,16 @@ Then it imports the extraction target (``--target module:function``) and the ``-
 so that a missing module fails the pool's start rather than the first document, and the first
 document does not pay for the imports; and it says it is ready.
 
-**The protocol** (both directions length-prefixed, big-endian):
-
-* pool -> worker: :data:`REQUEST_HEADER` (magic, length of the metadata, length of the data), the
-  metadata as JSON (``{"format": "pdf", "limits": {ExtractLimits fields}}``), the document's bytes;
-* worker -> pool: :data:`REPLY_HEADER` (length), then one JSON object, never pickle (a worker taken
-  over by a hostile file must not be able to run code in the daemon by what it sends back):
-  ``{"ready": {...}}`` or ``{"fatal": message}`` once at start, then for each document
-  ``{"ok": {"text", "format", "layout": {"page_starts", "headings": [[level, title, start]]},
-  "details"}}`` or ``{"error": {"reason", "message"}}``. The pool checks every reply
-  (:mod:`daemon.document.sandbox.pool`) and treats anything else as the worker misbehaving.
+**The protocol** (:mod:`daemon.document.sandbox.protocol`): length-prefixed frames, a request in,
+one JSON reply out (never pickle); a ready or fatal message once at start.
 
 A :class:`~daemon.errors.DocumentError` from the target becomes an ``error`` reply with its reason
 and message; any other exception an ``internal_error`` reply (its repr), and the worker goes on. A
 :class:`MemoryError` ends it with :data:`EXIT_MEMORY` (its heap is not worth keeping).
 
-This module imports only the standard library, :mod:`daemon.document.types`, :mod:`daemon.errors`
-and :mod:`daemon.ops.parent_death` at import time: the pool imports it for the protocol's constants.
+This module imports only the standard library, the protocol, :mod:`daemon.document.types`,
+:mod:`daemon.errors` and :mod:`daemon.ops.parent_death` at import time: the pool imports it for its
+options and exit statuses.
 """
 
 from __future__ import annotations
@@ -54,33 +47,28 @@ import contextlib
 import dataclasses
 import faulthandler
 import importlib
-import json
 import math
 import os
 import resource
 import signal
-import struct
 import sys
 import time
 from collections.abc import Callable, Sequence
 from typing import Any, BinaryIO, Final
 
+from daemon.document.sandbox.protocol import (
+    MAX_MESSAGE_CHARS,
+    PROTOCOL_VERSION,
+    ProtocolError,
+    Request,
+    encode_reply,
+    error_message,
+    extracted_message,
+    read_request,
+)
 from daemon.document.types import Extracted, ExtractLimits, Format
 from daemon.errors import DocumentError
 from daemon.ops import parent_death
-
-PROTOCOL_VERSION: Final = 1
-"""Said in the ready message: a pool refuses a worker of another version (the installed code was
-replaced under a running daemon)."""
-
-REQUEST_MAGIC: Final = b"DSX1"
-REQUEST_HEADER: Final = struct.Struct(">4sIQ")
-"""Magic, metadata length, data length."""
-MAX_META_BYTES: Final = 64 * 1024
-REPLY_HEADER: Final = struct.Struct(">I")
-"""Reply length (the JSON that follows)."""
-MAX_MESSAGE_CHARS: Final = 2000
-"""An error reply's message is cut to this (a repr can be as long as the data it holds)."""
 
 EXIT_MEMORY: Final = 86
 """The worker ran out of memory (RLIMIT_AS) on a document."""
@@ -147,54 +135,6 @@ def parse_options(argv: Sequence[str]) -> WorkerOptions:
         parent_pid=ns.parent_pid,
         preload=tuple(ns.preload),
     )
-
-
-# -- the protocol ------------------------------------------------------------------------------------
-
-
-def encode_request(data: bytes, fmt: Format, limits_json: bytes) -> bytes:
-    """The header and metadata of a request (the data follows them on the pipe, unchanged);
-    ``limits_json`` is :func:`limits_json` of the extraction's limits."""
-    meta = b'{"format":' + json.dumps(fmt.value).encode("ascii") + b',"limits":' + limits_json + b"}"
-    return REQUEST_HEADER.pack(REQUEST_MAGIC, len(meta), len(data)) + meta
-
-
-def limits_json(limits: ExtractLimits) -> bytes:
-    """``limits`` as the JSON a request carries."""
-    return json.dumps(dataclasses.asdict(limits), separators=(",", ":")).encode("ascii")
-
-
-def encode_reply(message: dict[str, Any]) -> bytes:
-    """One reply frame. Lone surrogates (a broken PDF's text) travel as such (``surrogatepass``):
-    the daemon replaces them, keeping every offset."""
-    payload = json.dumps(message, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    body = payload.encode("utf-8", "surrogatepass")
-    return REPLY_HEADER.pack(len(body)) + body
-
-
-def extracted_message(extracted: Extracted) -> dict[str, Any]:
-    """An ``ok`` reply's content."""
-    if not isinstance(extracted, Extracted):
-        raise TypeError(f"the extractor returned {type(extracted).__name__}, not Extracted")
-    layout = extracted.layout
-    return {
-        "ok": {
-            "text": extracted.text,
-            "format": Format(extracted.format).value,
-            "layout": {
-                "page_starts": list(layout.page_starts),
-                "headings": [[h.level, h.title, h.start] for h in layout.headings],
-            },
-            "details": extracted.details,
-        }
-    }
-
-
-def error_message(reason: str, message: str) -> dict[str, Any]:
-    """An ``error`` reply's content."""
-    if len(message) > MAX_MESSAGE_CHARS:
-        message = message[: MAX_MESSAGE_CHARS - 1] + "…"
-    return {"error": {"reason": reason, "message": message}}
 
 
 # -- hardening ----------------------------------------------------------------------------------------
@@ -336,45 +276,6 @@ def memory_now() -> dict[str, int]:
 
 
 # -- the loop -----------------------------------------------------------------------------------------
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class Request:
-    """One document to extract."""
-
-    data: bytes
-    format: Format
-    limits: ExtractLimits
-
-
-class ProtocolError(Exception):
-    """What came on the request pipe is not a request."""
-
-
-def _read_exactly(stream: BinaryIO, size: int) -> bytes:
-    data = stream.read(size)
-    if len(data) != size:
-        raise ProtocolError(f"the input ended {size - len(data)} bytes short of a request")
-    return data
-
-
-def read_request(stream: BinaryIO) -> Request | None:
-    """The next request, or None at the end of input (the pool is done with this worker)."""
-    header = stream.read(REQUEST_HEADER.size)
-    if not header:
-        return None
-    if len(header) != REQUEST_HEADER.size:
-        raise ProtocolError("the input ended inside a request header")
-    magic, meta_size, data_size = REQUEST_HEADER.unpack(header)
-    if magic != REQUEST_MAGIC or meta_size > MAX_META_BYTES:
-        raise ProtocolError("not a request header")
-    try:
-        meta = json.loads(_read_exactly(stream, meta_size))
-        fmt = Format(meta["format"])
-        limits = ExtractLimits(**meta["limits"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ProtocolError(f"a request's metadata cannot be read: {exc!r}") from exc
-    return Request(_read_exactly(stream, data_size), fmt, limits)
 
 
 def handle(target: Target, request: Request) -> bytes:

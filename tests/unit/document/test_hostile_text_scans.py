@@ -39,7 +39,7 @@ from daemon.document.decode import decode_text
 from daemon.document.extract import html, markup, pdf, pdf_screen, text_layout
 from daemon.document.formats import detect_format
 from daemon.document.reader import clean_extracted
-from daemon.document.sandbox.pool import parse_reply
+from daemon.document.sandbox.protocol import parse_reply
 from daemon.document.types import ExtractLimits, Format
 from daemon.errors import DocumentError
 from daemon.summary import chunking

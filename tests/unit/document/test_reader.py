@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.document.reader import DocumentReader, clean_extracted
+from daemon.document.reader import DocumentReader, NullExtractor, clean_extracted
 from daemon.document.sandbox.pool import ExtractionPool, SandboxLimits
 from daemon.document.types import ExtractLimits, Format
 from daemon.errors import DocumentError
@@ -53,6 +53,23 @@ async def test_without_extraction_binary_formats_are_refused_as_before_and_markd
     assert document.text == text.decode()  # a text format's text is never changed
     assert document.format is Format.MARKDOWN
     assert [heading.title for heading in document.layout.headings] == ["Title", "Part two"]
+
+
+async def test_without_extraction_the_null_extractor_reads_html_as_text_and_starts_nothing() -> None:
+    reader = DocumentReader(max_input_bytes=1 << 24)
+    assert isinstance(reader.extractor, NullExtractor)
+    html = b"<!DOCTYPE html><html><body><h1>Title</h1><p>Some words.</p></body></html>\n"
+    async with reader:
+        assert reader.format_of(html, "page.html") is None  # not extracted: decoded as text
+        document = await reader.read(html, doc_id="page.html", source="test", hint="page.html")
+        for name in ("docx", "odt"):
+            data = next((FIXTURES / name).iterdir()).read_bytes()
+            with pytest.raises(DocumentError) as refused:
+                await reader.read(data, doc_id=name, source="test")
+            assert refused.value.reason == "binary"
+    assert document.text == html.decode()  # tags and all
+    assert document.format is Format.TEXT
+    assert reader.text_room(html, Format.HTML) == len(html)  # no extraction cap: decoded text's room
 
 
 def test_stray_characters_of_extracted_text_become_spaces_keeping_offsets() -> None:
@@ -103,7 +120,7 @@ async def test_past_the_floor_the_ratio_decides() -> None:
 async def test_a_text_past_the_cap_is_refused_by_the_daemon_even_when_the_worker_lets_it_through() -> None:
     limits = ExtractLimits(expansion_floor_bytes=1000)
     reader = DocumentReader(max_input_bytes=16 << 20, sandbox=SandboxLimits(workers=1), extract=limits)
-    reader.pool = ExtractionPool(
+    reader.extractor = ExtractionPool(
         SandboxLimits(workers=1), reader.extract_limits, target="tests.doubles.extract_targets:ignores_caps"
     )
     async with reader:

@@ -21,14 +21,8 @@ import psutil
 import pytest
 import pytest_asyncio
 
-from daemon.document.sandbox.pool import (
-    ExtractionPool,
-    InvalidReply,
-    SandboxError,
-    SandboxLimits,
-    SandboxStartError,
-    parse_reply,
-)
+from daemon.document.sandbox.pool import ExtractionPool, SandboxError, SandboxLimits, SandboxStartError
+from daemon.document.sandbox.protocol import InvalidReply, parse_reply
 from daemon.document.sandbox.worker import DEFAULT_OPEN_FILES
 from daemon.document.types import Extracted, ExtractLimits, Format, Heading
 from daemon.errors import DocumentError

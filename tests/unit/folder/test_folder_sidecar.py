@@ -113,7 +113,7 @@ async def test_sidecar_files_are_never_handed_out(tmp_path: Path) -> None:
         assert [item.id for item in items] == ["doc.txt", "other.txt"]
         assert source.backlog == 0
         # A sidecar reported later by the watcher is not taken either.
-        source._add("late.options.json")
+        source.watcher.add("late.options.json")
         assert source.backlog == 0
 
 

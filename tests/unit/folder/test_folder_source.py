@@ -17,7 +17,8 @@ import pytest
 
 from daemon.config import FolderSourceConfig
 from daemon.errors import DocumentError
-from daemon.folder import source as folder_module
+from daemon.folder import inbox as inbox_module
+from daemon.folder.inbox import InboxWatcher
 from daemon.folder.sink import FolderSink
 from daemon.folder.source import FolderSource, is_candidate_name
 from tests.doubles.clock import FakeClock
@@ -37,8 +38,13 @@ def make_config(tmp_path: Path, *, settle: float = SETTLE, rescan: float = 3600.
     )
 
 
-def make_source(config: FolderSourceConfig, *, max_input_bytes: int = 1 << 20) -> FolderSource:
-    return FolderSource(config, FolderSink(config.outbox, config.failed), max_input_bytes=max_input_bytes)
+def make_source(
+    config: FolderSourceConfig, *, max_input_bytes: int = 1 << 20, clock: FakeClock | None = None
+) -> FolderSource:
+    sink = FolderSink(config.outbox, config.failed)
+    if clock is None:
+        return FolderSource(config, sink, max_input_bytes=max_input_bytes)
+    return FolderSource(config, sink, max_input_bytes=max_input_bytes, clock=clock, wall_clock=clock.time)
 
 
 def write_old(path: Path, data: bytes = b"some text\n", *, age: float = 600.0) -> Path:
@@ -101,7 +107,7 @@ async def test_a_large_inbox_is_scanned_and_settled_without_holding_the_event_lo
     A ticker records the source's queues at each turn it gets; with a slice of 16 names and 200 files
     it must have run while the scan had added only some names, and while settling had moved only some
     to the ready queue."""
-    monkeypatch.setattr(folder_module, "LOOP_SLICE", 16)
+    monkeypatch.setattr(inbox_module, "LOOP_SLICE", 16)
     config = make_config(tmp_path)
     count = 200
     for number in range(count):
@@ -111,7 +117,7 @@ async def test_a_large_inbox_is_scanned_and_settled_without_holding_the_event_lo
 
     async def tick() -> None:
         while True:
-            seen.append((len(source._settling), len(source._ready)))
+            seen.append((source.watcher.settling, source.watcher.ready))
             await asyncio.sleep(0)
 
     ticker = asyncio.create_task(tick())
@@ -136,19 +142,19 @@ async def test_settling_looks_at_a_bounded_batch_of_the_oldest_names(
 ) -> None:
     """With a backlog larger than SETTLE_BATCH, each settling pass stats at most that many names, the
     oldest first, so the first document is handed out without statting the whole backlog."""
-    monkeypatch.setattr(folder_module, "SETTLE_BATCH", 30)
+    monkeypatch.setattr(inbox_module, "SETTLE_BATCH", 30)
     config = make_config(tmp_path)
     count = 100
     for number in range(count):
         write_old(config.inbox / f"doc-{number:03}.txt", age=1000 - number)
     statted: list[list[str]] = []
-    lstat_all = FolderSource._lstat_all
+    lstat_all = InboxWatcher.lstat_all
 
-    def spying_lstat_all(self: FolderSource, names: list[str]) -> list[Any]:
+    def spying_lstat_all(self: InboxWatcher, names: list[str]) -> list[Any]:
         statted.append(list(names))
         return lstat_all(self, names)
 
-    monkeypatch.setattr(FolderSource, "_lstat_all", spying_lstat_all)
+    monkeypatch.setattr(InboxWatcher, "lstat_all", spying_lstat_all)
     async with make_source(config) as source:
         collector = Collector(source)
         try:
@@ -238,37 +244,35 @@ async def test_growing_file_is_handed_out_only_after_settle_seconds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = FakeClock(1000.0)
-    monkeypatch.setattr(folder_module, "time", clock)
     config = make_config(tmp_path, settle=1.0, rescan=1e9)
     config.inbox.mkdir()
-    source = make_source(config)
+    source = make_source(config, clock=clock)
     await source.open_folders()
     path = config.inbox / "grow.txt"
     _write_at(path, b"part one\n", clock)  # mtime == now: a fresh file
 
-    await source._scan()
-    assert await source._next_ready_batch(1) == []
+    await source.watcher.scan()
+    assert await source.watcher.next_ready(1) == []
     clock.advance(0.6)
     _write_at(path, b"part two\n", clock, append=True)  # still growing
-    assert await source._next_ready_batch(1) == []
+    assert await source.watcher.next_ready(1) == []
     clock.advance(0.9)  # 0.9 s since the last change: not yet
-    assert await source._next_ready_batch(1) == []
+    assert await source.watcher.next_ready(1) == []
     clock.advance(0.2)  # 1.1 s since the last change
-    assert await source._next_ready_batch(1) == ["grow.txt"]
+    assert await source.watcher.next_ready(1) == ["grow.txt"]
     assert source.backlog == 0
 
 
 async def test_old_file_is_ready_at_first_look(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     clock = FakeClock(1000.0)
-    monkeypatch.setattr(folder_module, "time", clock)
     config = make_config(tmp_path, settle=1.0, rescan=1e9)
     config.inbox.mkdir()
-    source = make_source(config)
+    source = make_source(config, clock=clock)
     await source.open_folders()
     _write_at(config.inbox / "old.txt", b"text\n", clock)
     clock.advance(5.0)  # written five seconds before the source first sees it
-    await source._scan()
-    assert await source._next_ready_batch(1) == ["old.txt"]
+    await source.watcher.scan()
+    assert await source.watcher.next_ready(1) == ["old.txt"]
 
 
 async def test_growing_file_waits_settle_seconds_after_its_last_write(tmp_path: Path) -> None:
@@ -301,13 +305,13 @@ async def test_file_removed_while_settling_is_forgotten(tmp_path: Path) -> None:
     await source.open_folders()
     path = config.inbox / "brief.txt"
     path.write_text("fresh\n")
-    await source._scan()
+    await source.watcher.scan()
     assert source.backlog == 1
     path.unlink()
-    assert await source._next_ready_batch(1) == []
+    assert await source.watcher.next_ready(1) == []
     assert source.backlog == 0
     path.write_text("again\n")  # the same name may come back and must be seen again
-    await source._scan()
+    await source.watcher.scan()
     assert source.backlog == 1
 
 
@@ -377,10 +381,10 @@ async def test_file_created_right_after_start_is_picked_up(tmp_path: Path) -> No
 async def test_periodic_rescan_finds_files_without_the_watcher(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def no_watch(self: FolderSource) -> None:
+    async def no_watch(self: InboxWatcher) -> None:
         await asyncio.sleep(3600)
 
-    monkeypatch.setattr(FolderSource, "_watch", no_watch)
+    monkeypatch.setattr(InboxWatcher, "_watch", no_watch)
     config = make_config(tmp_path, rescan=0.1)
     async with make_source(config) as source:
         collector = Collector(source)
@@ -400,11 +404,11 @@ async def test_rescans_do_not_hand_out_a_file_twice(tmp_path: Path) -> None:
     write_old(config.inbox / "a.txt")
     source = make_source(config)
     await source.open_folders()
-    await source._scan()
-    assert await source._next_ready_batch(1) == ["a.txt"]
-    await source._scan()
-    await source._scan()
-    assert await source._next_ready_batch(1) == []
+    await source.watcher.scan()
+    assert await source.watcher.next_ready(1) == ["a.txt"]
+    await source.watcher.scan()
+    await source.watcher.scan()
+    assert await source.watcher.next_ready(1) == []
     assert source.backlog == 0
 
 
@@ -544,7 +548,7 @@ async def test_stop_is_idempotent_and_ends_items(tmp_path: Path) -> None:
     await source.stop()
     await asyncio.wait_for(collector.task, WAIT)  # the items() loop ended by itself
     assert source.started is False
-    assert source._watcher is None
+    assert source.watcher.task is None
     assert collector.queue.empty()
 
 
@@ -559,16 +563,16 @@ async def test_start_twice_is_harmless(tmp_path: Path) -> None:
     write_old(config.inbox / "a.txt")
     source = make_source(config)
     await source.start()
-    watcher = source._watcher
+    watcher = source.watcher.task
     await source.start()
     try:
-        assert source._watcher is watcher
+        assert source.watcher.task is watcher
         assert source.backlog == 1
         collector = Collector(source)
         try:
             first = await collector.next()
             write_old(config.inbox / "b.txt", age=1)
-            await source._scan()
+            await source.watcher.scan()
             second = await collector.next()
         finally:
             await collector.close()

@@ -24,6 +24,7 @@ import pytest
 from daemon.config import FolderSourceConfig
 from daemon.errors import ConfigError, DocumentError
 from daemon.folder import source as folder_module
+from daemon.folder.inbox import InboxWatcher
 from daemon.folder.sink import FolderSink
 from daemon.folder.source import FolderSource, is_candidate_name
 from daemon.records import Record
@@ -108,8 +109,8 @@ def all_output_bytes(tmp_path: Path) -> bytes:
 
 async def claim_swapped(source: FolderSource, name: str, swap: object) -> WorkItem:
     """Let ``name`` settle as a regular file, run ``swap()`` (the attacker), then claim it."""
-    await source._scan()
-    assert await source._next_ready_batch(1) == [name]
+    await source.watcher.scan()
+    assert await source.watcher.next_ready(1) == [name]
     swap()  # type: ignore[operator]
     claims = await source._claim_all([name])
     assert len(claims) == 1
@@ -294,7 +295,7 @@ async def test_a_name_that_was_a_folder_is_picked_up_once_a_file_takes_it(tmp_pa
     path = config.inbox / "later.txt"
     path.mkdir()
     async with running(config) as (source, items):
-        source._add("later.txt")  # as a watcher event for it would
+        source.watcher.add("later.txt")  # as a watcher event for it would
         for _ in range(200):  # looked at, and let go of (bounded: a loaded machine may be slow)
             if source.backlog == 0:
                 break
@@ -556,15 +557,15 @@ async def test_a_source_started_again_in_one_process_does_not_count_its_own_clai
 async def test_a_failed_watcher_is_started_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # watchfiles gives up on a batch holding a name that is not UTF-8: the watcher must come back.
     runs: list[float] = []
-    watch_once = FolderSource._watch_once
+    watch_once = InboxWatcher._watch_once
 
-    async def flaky(self: FolderSource) -> None:
+    async def flaky(self: InboxWatcher) -> None:
         runs.append(time.monotonic())
         if len(runs) == 1:
             raise RuntimeError('Unable to decode path "inbox/\\xFF"')
         await watch_once(self)
 
-    monkeypatch.setattr(FolderSource, "_watch_once", flaky)
+    monkeypatch.setattr(InboxWatcher, "_watch_once", flaky)
     config = make_config(tmp_path)  # no periodic rescan within the test: only the watcher finds files
     async with running(config) as (_, items):
         for _ in range(100):

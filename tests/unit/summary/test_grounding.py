@@ -110,7 +110,7 @@ def test_items_carry_their_sentence_and_characters() -> None:
     record = checks.as_record()
     assert record == {
         "version": CHECKER_VERSION,
-        "counts": {"supported": 2, "unsupported": 1},
+        "counts": {"supported": 2, "unsupported": 1, "unchecked": 0},
         "by_kind": {
             "money": {"supported": 1, "unsupported": 0},
             "duration": {"supported": 1, "unsupported": 1},
@@ -242,10 +242,12 @@ def test_an_index_is_built_once_and_reused() -> None:
     assert check_summary("Notice is 30 days.", index).as_record()["counts"] == {
         "supported": 1,
         "unsupported": 0,
+        "unchecked": 0,
     }
     assert check_summary("Notice is 31 days.", index).as_record()["counts"] == {
         "supported": 0,
         "unsupported": 1,
+        "unchecked": 0,
     }
 
 
@@ -258,3 +260,41 @@ def test_headings_are_not_claims_but_a_line_of_names_is_checked() -> None:
         ("name", "Acme Holdings and Globex Corporation"),
         ("name", "Oracle Corporation"),
     ]
+
+
+def test_patterns_tried_only_where_a_match_can_start_find_what_finditer_finds() -> None:
+    from daemon.summary import grounding
+
+    text = (
+        "Under SectionA and Sec. 4.2(b), §§ 3-5 and ¶ 7, thirty-five (35) days, a30 b 12,500.50 "
+        "éone Twenty one hundred and five percent, USD 1.5 million, 300 dollars, 1 March 2024, "
+        "2024-03-01, 01/02/2024, March 2007, in 1999, Article XIV, Appendix B, clause 3(a), "
+        "eighteen weeks, 45 per cent, $12k, fourteen pounds of flour, 7 calendar days.\n4.2 Scope\n"
+    ) * 3
+    starts = grounding._Starts(text, 0, len(text))
+    patterns = [
+        (grounding._MONEY_AFTER, starts.numbers),
+        (grounding._PERCENT, starts.numbers),
+        (grounding._DURATION, starts.numbers),
+        (grounding._SECTION, starts.sections),
+        (grounding._PLAIN_NUMBER, starts.numbers),
+        (grounding._WORDS_NUMBER_PATTERN, starts.numbers),
+        *((pattern, starts.digits) for pattern in grounding._DATES_FROM_DIGITS),
+    ]
+    for pattern, at in patterns:
+        expected = [match.span() for match in pattern.finditer(text)]
+        assert expected, pattern.pattern
+        assert [match.span() for match in grounding._scan(pattern, text, 0, len(text), at)] == expected
+
+
+def test_a_summarys_items_beyond_the_bound_are_counted_not_looked_up() -> None:
+    from daemon.summary.grounding import MAX_CHECKED_ITEMS
+
+    summary = " ".join(str(number) for number in range(2, MAX_CHECKED_ITEMS + 102))
+    checks = check_summary(summary, SourceIndex.of("Nothing numbered here."))
+    assert len(checks.items) == MAX_CHECKED_ITEMS
+    assert checks.as_record()["counts"] == {
+        "supported": 0,
+        "unsupported": MAX_CHECKED_ITEMS,
+        "unchecked": 100,
+    }

@@ -737,3 +737,181 @@ async def test_the_final_combine_reads_the_documents_opening_when_asked_and_it_f
             assert find(body, opening_ids, 0) >= 0
             assert decoded.index("verbatim]") < decoded.index("[Part 1]")
         assert len(final.prompt) + final.max_tokens <= 1024
+
+
+# -- the grounding check and evidence of each summary ----------------------------------------------
+
+NOTICE = "The licensee must give thirty (30) days notice to Acme Holdings before the term ends.\n"
+
+
+def checking_summarizer(tokenizer: Any, engine: FakeEngine, on_unsupported: str) -> Summarizer:
+    config = Config(
+        engine=EngineConfig(model="unused", max_model_len=1024),
+        summary=SummaryConfig(max_summary_tokens=64, opening_tokens=0),
+        profiles={"strict": ProfileConfig(on_unsupported=on_unsupported)},  # type: ignore[arg-type]
+    )
+    return Summarizer(
+        engine,
+        tokenizer,
+        config.summary,
+        profiles=build_profiles(config, tokenizer),
+        admission=make_admission(),
+    )
+
+
+async def test_every_summary_carries_its_checks_and_evidence_and_flag_keeps_it(tokenizer: Any) -> None:
+    engine = FakeEngine(text="Acme Holdings must give 60 days notice.")
+    summarizer = checking_summarizer(tokenizer, engine, "flag")
+    summary = await summarizer.summarize(make_document(NOTICE), profile=summarizer.profiles.get("strict"))
+
+    assert summary.text == "Acme Holdings must give 60 days notice."
+    assert summary.checks is not None
+    assert summary.checks["counts"] == {"supported": 1, "unsupported": 1, "unchecked": 0}
+    assert summary.checks["unsupported"] == [
+        {"text": "60 days", "kind": "duration", "sentence": 0, "chars": [24, 31]}
+    ]
+    assert summary.checks["on_unsupported"] == "flag"
+    assert "retried" not in summary.checks
+    (entry,) = summary.evidence
+    assert entry["sentence"] == 0
+    assert entry["chars"] == [0, len(summary.text)]
+    assert entry["parts"][0]["part"] == 1  # the one request's part
+    assert entry["parts"][0]["chars"] == [0, len(NOTICE)]
+    assert len(engine.calls) == 1
+
+
+async def test_retry_draws_the_final_step_again_and_keeps_the_better_summary(tokenizer: Any) -> None:
+    engine = FakeEngine()
+    engine.replies = [("Notice is 60 days.", "stop"), ("Notice is 30 days.", "stop")]
+    summarizer = checking_summarizer(tokenizer, engine, "retry")
+    summary = await summarizer.summarize(make_document(NOTICE), profile=summarizer.profiles.get("strict"))
+
+    assert summary.text == "Notice is 30 days."
+    assert summary.checks is not None
+    assert summary.checks["counts"]["unsupported"] == 0
+    assert summary.checks["retried"] is True
+    assert summary.requests == 2
+    first, second = engine.samplings
+    assert second.temperature >= 0.5
+    assert second.seed == first.seed
+
+
+async def test_retry_keeps_the_first_summary_when_the_second_is_no_better(tokenizer: Any) -> None:
+    engine = FakeEngine()
+    engine.replies = [("Notice is 60 days.", "stop"), ("Notice is 61 days, paid by Globex.", "stop")]
+    summarizer = checking_summarizer(tokenizer, engine, "retry")
+    summary = await summarizer.summarize(make_document(NOTICE), profile=summarizer.profiles.get("strict"))
+    assert summary.text == "Notice is 60 days."
+    assert summary.checks is not None
+    assert summary.checks["retried"] is True
+    assert summary.requests == 2
+
+
+async def test_retry_is_not_drawn_for_a_summary_without_unsupported_items(tokenizer: Any) -> None:
+    engine = FakeEngine(text="Notice is 30 days.")
+    summarizer = checking_summarizer(tokenizer, engine, "retry")
+    summary = await summarizer.summarize(make_document(NOTICE), profile=summarizer.profiles.get("strict"))
+    assert summary.checks is not None
+    assert summary.checks["retried"] is False
+    assert summary.requests == 1
+
+
+async def test_fail_raises_unsupported_claims_with_the_summary_checks_and_evidence(tokenizer: Any) -> None:
+    engine = FakeEngine(text="Notice is 60 days, says Globex.")
+    summarizer = checking_summarizer(tokenizer, engine, "fail")
+    with pytest.raises(DocumentError) as raised:
+        await summarizer.summarize(make_document(NOTICE), profile=summarizer.profiles.get("strict"))
+    error = raised.value
+    assert error.reason == "unsupported_claims"
+    assert "duration '60 days'" in error.message
+    assert "name 'Globex'" in error.message
+    assert error.fields["summary"] == "Notice is 60 days, says Globex."
+    assert [item["text"] for item in error.fields["checks"]["unsupported"]] == ["60 days", "Globex"]
+    assert error.fields["evidence"][0]["text"] == "Notice is 60 days, says Globex."
+    # A supported summary passes under the same profile.
+    engine.text = "Notice is 30 days."
+    summary = await summarizer.summarize(make_document(NOTICE), profile=summarizer.profiles.get("strict"))
+    assert summary.checks is not None
+    assert summary.checks["counts"]["unsupported"] == 0
+
+
+async def test_a_truncated_summary_is_checked_against_what_was_read_only(tokenizer: Any) -> None:
+    text = long_text(60) + "The final clause sets a fee of 99999 euros.\n"
+    engine = FakeEngine(text="A fee of 99999 euros is due.")
+    summarizer = make_summarizer(tokenizer, engine, strategy="head")
+    summary = await summarizer.summarize(make_document(text))
+    assert summary.truncated
+    assert summary.checks is not None
+    assert [item["text"] for item in summary.checks["unsupported"]] == ["99999 euros"]
+    read_end = summary.sources[0]["chars"][1]
+    for entry in summary.evidence:
+        assert all(part["chars"][1] <= read_end for part in entry["parts"])
+
+
+class EchoEngine(FakeEngine):
+    """Answers each request with the first ``Page<N> clause <M>`` its prompt holds, as a note: a part
+    summary names its part, and a combine step passes its first note on."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        super().__init__()
+        self.tokenizer = tokenizer
+
+    async def generate(
+        self, prompt_token_ids: list[int], sampling: Any, request_id: str, **kwargs: Any
+    ) -> Any:
+        generation = await super().generate(prompt_token_ids, sampling, request_id, **kwargs)
+        found = re.search(r"Page(\d+) clause (\d+)", self.tokenizer.decode(prompt_token_ids))
+        note = f"Page{found.group(1)} clause {found.group(2)} binds the supplier." if found else "Nothing."
+        return dataclasses.replace(generation, text=note)
+
+
+async def test_a_staged_summarys_evidence_points_to_the_part_and_pages_its_sentence_came_from(
+    tokenizer: Any,
+) -> None:
+    engine = EchoEngine(tokenizer)
+    summarizer = make_summarizer(tokenizer, engine, max_model_len=512)
+    document = paged_document(pages=6)
+    summary = await summarizer.summarize(document)
+
+    assert summary.strategy == "map_reduce"
+    assert summary.parts >= 3
+    (entry,) = summary.evidence
+    best = entry["parts"][0]
+    # The final summary names the first part's first clause: the evidence is part 1, page 1.
+    assert entry["text"].startswith("Page0 clause 1 ")
+    assert best["part"] == 1
+    assert best["pages"][0] == 1
+    assert best["chars"] == summary.sources[0]["chars"]
+    assert summary.checks is not None
+    assert summary.checks["counts"]["unsupported"] == 0
+
+
+async def test_each_checked_summary_is_counted_by_profile_and_kind(tokenizer: Any) -> None:
+    from prometheus_client import REGISTRY
+
+    def value(name: str, **labels: str) -> float:
+        return REGISTRY.get_sample_value(name, {"profile": "strict", **labels}) or 0.0
+
+    before = {
+        "checked": value("docsumd_grounding_checked_summaries_total"),
+        "flagged": value("docsumd_grounding_flagged_summaries_total"),
+        "retries": value("docsumd_grounding_retries_total"),
+        "durations": value("docsumd_grounding_unsupported_total", kind="duration"),
+        "items": value("docsumd_grounding_items_total", kind="duration"),
+    }
+    engine = FakeEngine()
+    engine.replies = [
+        ("Notice is 60 days.", "stop"),
+        ("Notice is 61 days.", "stop"),
+        ("Notice is 30 days.", "stop"),
+    ]
+    summarizer = checking_summarizer(tokenizer, engine, "retry")
+    profile = summarizer.profiles.get("strict")
+    await summarizer.summarize(make_document(NOTICE), profile=profile)  # 60, retried: 61, kept 60
+    await summarizer.summarize(make_document(NOTICE), profile=profile)  # 30: supported
+
+    assert value("docsumd_grounding_checked_summaries_total") - before["checked"] == 2
+    assert value("docsumd_grounding_flagged_summaries_total") - before["flagged"] == 1
+    assert value("docsumd_grounding_retries_total") - before["retries"] == 1
+    assert value("docsumd_grounding_unsupported_total", kind="duration") - before["durations"] == 1
+    assert value("docsumd_grounding_items_total", kind="duration") - before["items"] == 2

@@ -36,8 +36,7 @@ once (``--warmup N`` first runs N documents through it, not counted: a freshly s
 first minute slower, and vLLM 0.26.0 stalls 3-4 s once or twice in an engine's first pass, often
 when some 113-142 requests first decode beside a prefill, as ``bench/steps.py`` shows; a warm-up of 20
 documents left that to the first measured pass, so give the mixed workload ``--warmup 250``); vLLM's prefix
-cache is emptied before each pass, so no pass reuses another's prompts, and docsumd's summary cache is
-off (the passes and the warm-up read the same texts). The JSON file is rewritten
+cache is emptied before each pass, so no pass reuses another's prompts. The JSON file is rewritten
 after every pass, so a run stopped early keeps what it measured; ``--deadline S`` skips the passes
 that would end later than S seconds after the start (estimated from the previous pass).
 
@@ -87,7 +86,6 @@ from bench.lib.daemon_pass import (
     parse_variant,
     run_kafka,
     same_summaries,
-    without_summary_cache,
 )
 from bench.lib.raw_vllm import run_raw
 from bench.lib.report import curve_point, engine_report, environment, format_pass_stats, run_stats
@@ -155,7 +153,7 @@ def main() -> int:
     )
     args = parser.parse_args()
 
-    config = without_summary_cache(load_config(args.config))
+    config = load_config(args.config)
     prepare_process(config)
     work = Path(tempfile.mkdtemp(prefix="docsumd-compare-"))
     os.environ.setdefault("TMPDIR", str(work))
@@ -244,7 +242,7 @@ def main() -> int:
 
 def _baseline_config(path: Path, config: Config) -> Config:
     """``--baseline-config``'s config, which must serve ``config``'s model (only the engine differs)."""
-    baseline = without_summary_cache(load_config(path))
+    baseline = load_config(path)
     if (baseline.engine.model, baseline.engine.tokenizer) != (config.engine.model, config.engine.tokenizer):
         raise SystemExit(f"--baseline-config {path}: serves another model than --config")
     return baseline

@@ -53,7 +53,6 @@ from pathlib import Path
 from typing import Any
 
 from bench.lib import REPO, SHARED
-from bench.lib.daemon_pass import without_summary_cache
 from bench.lib.results import result_path, write_result
 from bench.lib.workloads import mixed
 from bench.plain_client import RoundRobinClient
@@ -411,7 +410,9 @@ def main() -> int:
 
     from daemon.cli import prepare_process
 
-    config = without_summary_cache(load_config(args.config))  # every pass reads the same texts
+    config = load_config(args.config)
+    # Every pass summarizes the same texts: the summary cache would serve later passes from earlier ones.
+    config = config.model_copy(update={"cache": config.cache.model_copy(update={"enabled": False})})
     prepare_process(config)
     tokenizer = AutoTokenizer.from_pretrained(config.engine.tokenizer or config.engine.model)
     files = sorted(args.docs.glob("*.txt"))

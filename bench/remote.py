@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.lib import REPO
-from bench.lib.daemon_pass import folder_pass_config, without_summary_cache
+from bench.lib.daemon_pass import folder_pass_config
 from bench.lib.report import percentile
 from bench.lib.results import result_path, write_result
 from bench.lib.workloads import mixed, shuffled_copy
@@ -152,7 +152,7 @@ def figures(  # noqa: PLR0917 - one call site
 
 def base_config(model: Path, summary_tokens: int, inflight: int, step: int = 4096) -> Config:
     """The engine settings of every pass (the servers': :func:`server_flags`); ``step``:
-    max_num_batched_tokens. The summary cache is off."""
+    max_num_batched_tokens."""
     engine = EngineConfig(
         model=str(model),
         dtype="float32",
@@ -162,12 +162,11 @@ def base_config(model: Path, summary_tokens: int, inflight: int, step: int = 409
         kv_cache_memory_bytes=1 << 30,
         enforce_eager=True,
     )
-    config = Config(
+    return Config(
         engine=engine,
         summary=SummaryConfig(max_summary_tokens=summary_tokens, temperature=0.0),
         service=ServiceConfig(max_inflight_documents=inflight, drain_seconds=5.0),
     )
-    return without_summary_cache(config)  # the two modes of a round read the same texts
 
 
 def remote_config(config: Config, servers: Sequence[VllmServer]) -> Config:

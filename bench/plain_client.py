@@ -2,7 +2,10 @@
 
 Every request goes at once, first come first served, to the next server in turn (round robin), as one
 non-streamed ``POST /v1/completions``: no admission, no ordering of short before long, no affinity, no
-load reading, no retry (the servers of the benchmark have no queue limit, so nothing is refused).
+load reading, no retry of a refusal (the servers of the benchmark have no queue limit, so nothing is
+refused). Like any client over pooled connections, it sends a request again when its connection drops
+before the answer (a server closes an idle keep-alive connection while a request is being written on
+it), and it sets no overall timeout (aiohttp's default of 5 minutes would cut long FIFO passes).
 It is an :class:`~daemon.contracts.EngineClient`, so the benchmark runs docsumd's own pipeline over it
 (the same documents, prompts and summaries) with ``admission.enabled = false``: only the way requests
 reach the servers differs.
@@ -25,6 +28,9 @@ import aiohttp
 from daemon.contracts import Generation, Sampling
 from daemon.errors import RequestError
 
+CONNECTION_TRIES = 3
+"""Sends of one request when its connection drops before the answer."""
+
 
 class RoundRobinClient:
     """A plain FIFO round-robin client over ``urls`` (see the module's doc)."""
@@ -46,7 +52,10 @@ class RoundRobinClient:
 
     async def start(self) -> None:
         if self._session is None:
-            self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0))
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=10),
+            )
             self.start_seconds = 0.0
 
     async def stop(self) -> None:
@@ -73,8 +82,14 @@ class RoundRobinClient:
             "repetition_penalty": sampling.repetition_penalty,
         }
         started = time.monotonic()
-        async with self._session.post(f"{next(self._next)}/v1/completions", json=body) as response:
-            answer = await response.json()
+        for attempt in range(CONNECTION_TRIES):
+            try:
+                async with self._session.post(f"{next(self._next)}/v1/completions", json=body) as response:
+                    answer = await response.json()
+                break
+            except aiohttp.ClientConnectionError:
+                if attempt == CONNECTION_TRIES - 1:
+                    raise
         if response.status != 200:
             raise RequestError(f"HTTP {response.status}: {answer}")
         choice, usage = answer["choices"][0], answer.get("usage") or {}

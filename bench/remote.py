@@ -43,6 +43,7 @@ from bench.lib.report import percentile
 from bench.lib.results import result_path, write_result
 from bench.lib.workloads import mixed, shuffled_copy
 from bench.plain_client import RoundRobinClient
+from daemon.cache import SummaryCache
 from daemon.config import (
     AdmissionConfig,
     Config,
@@ -76,10 +77,17 @@ class Shared:
 
 
 async def one_pass(
-    config: Config, engine: EngineClient, docs: Sequence[tuple[str, str]], folder: Path, label: str
+    config: Config,
+    engine: EngineClient,
+    docs: Sequence[tuple[str, str]],
+    folder: Path,
+    label: str,
+    *,
+    cache: SummaryCache | None = None,
 ) -> dict[str, Any]:
     """Run the service over ``docs`` once; the pass's figures (latency from the moment it is ready,
-    with every document already in its inbox)."""
+    with every document already in its inbox). A service given its engine builds no summary cache:
+    ``cache`` is the one it uses (started and stopped by it), if any."""
     from daemon.service import Service
 
     run_config = folder_pass_config(config, docs, folder)
@@ -93,7 +101,7 @@ async def one_pass(
         if len(finished) == len(docs):
             done.set()
 
-    service = Service(run_config, engine=engine, on_finished=on_finished)
+    service = Service(run_config, engine=engine, on_finished=on_finished, cache=cache)
     task = asyncio.create_task(service.run())
     while not service.ready() and not task.done():  # noqa: ASYNC110 - no event for "ready"
         await asyncio.sleep(0.01)

@@ -2,43 +2,6 @@
 
 :func:`decode_document` turns the bytes a source read into text, or refuses them with a
 :class:`DocumentError` that carries a stable ``reason`` code (for dead-letter records, metrics and
-``empty``          zero bytes
-``whitespace_only`` nothing but whitespace (including no-break spaces) after decoding
-``too_large``      over ``limits.max_input_bytes`` (extracted text: as UTF-8; a PDF over
-                   ``extract.max_pages``, a ZIP unpacking over ``extract.max_unpacked_bytes`` or
-                   ``extract.max_compression_ratio``; Kafka: a value over ``max_message_bytes``, a
-                   key or ``id`` over ``max_key_bytes``, headers over ``max_header_bytes``, or a
-                   result that would not fit ``max_request_bytes``)
-``too_expanded``   a PDF, DOCX, ODT or HTML file whose text would be over ``extract.max_expansion_ratio``
-                   times its size (as UTF-8, once over ``extract.expansion_floor_bytes``)
-``binary``         not text: compressed or other binary formats, random bytes
-``invalid_utf8``   text that is not valid UTF-8 (e.g. Latin-1) and carries no UTF-16/32 BOM
-``invalid_encoding`` starts with a UTF-16/32 byte-order mark but does not decode as that encoding
-``nul_bytes``      valid UTF-8 that contains NUL characters (usually a corrupted or binary file)
-``unreadable``     the source could not read the input (permissions, vanished file, a read that
-                   took longer than the source's I/O timeout)
-``not_regular``    the input is not a regular file (a symbolic link, FIFO, socket, device or
-                   folder put in its place); nothing was read from it
-``crash_loop``     the input was in flight at several unclean exits of docsumd in a row, and was set
-                   aside unread so that it cannot stop the service again (folder source)
-``engine_error``   the engine rejected or failed this one request (set by the summarizer)
-``too_long``       needs more than ``summary.max_parts`` parts (set by the summarizer)
-``invalid_output`` a structured profile's final output was cut off or invalid against its JSON
-                   schema on the first try and the retry (set by the summarizer; the failure
-                   record keeps the output)
-``invalid_options`` the document's own options (sidecar, message fields) are not valid
-``internal_error`` a bug met on this document (logged with its traceback)
-``encrypted``      a password-protected PDF, DOCX or ODT (its text cannot be read without the key)
-``malformed``      a PDF, DOCX, ODT or HTML file that cannot be parsed: truncated, corrupt, garbage
-                   behind its signature, XML with entity declarations or nested too deeply
-``no_text``        a PDF, DOCX, ODT or HTML file with no text in it (a scanned PDF: there is no OCR)
-``extract_failed`` the extraction worker died or overran on this input: over its memory, CPU-time or
-                   wall-clock limit (``extract.*``), or crashed; the worker is replaced
-``invalid_message`` a Kafka message that is not a document (bad JSON or JSON nested too deeply
-                   to parse, no text, no value, a header whose value is null, an ``id`` or
-                   ``text`` holding a lone surrogate)
-=================  ==========================================================================
-=======
 alerting) and a message for people. The reason codes are part of docsumd's interface; every one,
 with what it means and what to do about it, is in :data:`daemon.errors.REASONS`.
 """

@@ -5,9 +5,9 @@ over the process's RSS just before the scan, the outcome):
 
 * ``lines`` (the default): 16 MiB (``limits.max_input_bytes``) of very short lines, the Markdown /
   reST heading scan's worst case per line, with the line cap
-  (:data:`~daemon.document.extract.markup.MAX_SCAN_LINES`) and without it (``max_lines=None``, as
+  (:data:`~daemon.document.headings.MAX_SCAN_LINES`) and without it (``max_lines=None``, as
   before the cap). Markdown and reST inputs are not extracted in a worker:
-  :func:`daemon.document.extract.text_layout` finds their headings in the daemon's process (a thread
+  :func:`daemon.document.headings.text_layout` finds their headings in the daemon's process (a thread
   of it). The ratio is capped over uncapped, in the same run.
 * ``screen``: the PDF screen (what runs before PDFium reads a file) over every PDF of ``--folder``
   (``bench/fetch_pdfs.sh`` fills ``bench/data/pdf``), and over the fixtures' decompression bombs:
@@ -30,6 +30,7 @@ over the process's RSS just before the scan, the outcome):
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -69,10 +70,21 @@ def _peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def _heading_scans() -> Any:
+    """The module of the Markdown and reST heading scans in the tree under test:
+    :mod:`daemon.document.headings`, or ``daemon.document.extract.markup`` in a tree from before
+    they had a module of their own."""
+    try:
+        return importlib.import_module("daemon.document.headings")
+    except ImportError:
+        return importlib.import_module("daemon.document.extract.markup")
+
+
 def _one_lines(pattern: str, fmt: str, mib: int, capped: bool) -> dict[str, Any]:
     """In this (fresh) process: build the text, scan it once, report CPU time and peak RSS."""
-    from daemon.document.extract import markup
     from daemon.document.types import Format
+
+    markup = _heading_scans()
 
     line = LINES[pattern]
     text = line * (mib * MIB // len(line))
@@ -98,8 +110,13 @@ def _one_lines(pattern: str, fmt: str, mib: int, capped: bool) -> dict[str, Any]
 
 
 def _text_layout(fmt: str, text: str) -> Callable[[], object]:
-    from daemon.document.extract import text_layout
     from daemon.document.types import Format
+
+    # Before the scans had a module of their own, text_layout was in daemon.document.extract.
+    home = _heading_scans()
+    if not hasattr(home, "text_layout"):
+        home = importlib.import_module("daemon.document.extract")
+    text_layout = home.text_layout
 
     return lambda: len(text_layout(text, Format(fmt)).headings)
 
@@ -195,8 +212,6 @@ def _one_hostile(case: str, mib: int) -> dict[str, Any]:
 def _one_screen(folder: Path) -> dict[str, Any]:
     """In this (fresh) process: the PDF screen over every PDF of ``folder`` and over the hostile
     PDFs of the test fixtures: CPU seconds, and each hostile file's outcome."""
-    import importlib
-
     from daemon.document.types import ExtractLimits
     from daemon.errors import DocumentError
 
@@ -299,7 +314,6 @@ def main() -> int:
         else:
             print(json.dumps(_one_hostile(args.one[1], int(args.one[2]))))
         return 0
-    from daemon.document.extract.markup import MAX_SCAN_LINES
 
     if args.cases == "screen":
         rows = [_child(["screen", str(args.folder)], args.tree, None)]
@@ -310,7 +324,7 @@ def main() -> int:
         "cases": args.cases,
         "tree": str(args.tree),
         "mib": args.mib,
-        "max_scan_lines": MAX_SCAN_LINES,
+        "max_scan_lines": _heading_scans().MAX_SCAN_LINES,
         "rows": rows,
         "environment": {
             "when": datetime.now(UTC).isoformat(timespec="seconds"),

@@ -16,7 +16,7 @@ By content first, looking only at a bounded prefix (and, for a ZIP, at its centr
   refuses them as ``binary``);
 * text is HTML when, after a byte-order mark, whitespace, comments and an XML declaration, it opens
   with a document type or a tag the WHATWG MIME-sniffing rules list; Markdown or reStructuredText
-  when it has those formats' headings and marks (:mod:`daemon.document.extract.markup`), counted
+  when it has those formats' headings and marks (:mod:`daemon.document.headings`), counted
   conservatively: a plain text stays plain text unless it really is one of them;
 * anything else is plain text.
 
@@ -41,7 +41,7 @@ from daemon.document.containers import (
     zip_entries,
 )
 from daemon.document.decode import too_many_control_bytes
-from daemon.document.extract.markup import MarkdownScan, RstScan, scan_markdown, scan_rst
+from daemon.document.headings import MarkdownScan, RstScan, scan_markdown, scan_rst
 from daemon.document.types import Format
 
 _SNIFF_BYTES: Final = 64 * 1024

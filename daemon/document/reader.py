@@ -26,10 +26,10 @@ from types import TracebackType
 from typing import Any, Final, Protocol, Self
 
 from daemon.document.decode import check_text, decode_document, max_text_bytes, sha256_hex
-from daemon.document.extract import text_layout
-from daemon.document.extract.markup import replace_each
 from daemon.document.formats import detect_format
+from daemon.document.headings import text_layout
 from daemon.document.sandbox.pool import ExtractionPool, SandboxLimits
+from daemon.document.text import replace_each
 from daemon.document.types import EXTRACTED_FORMATS, Document, Extracted, ExtractLimits, Format, utf8_size
 from daemon.errors import DocumentError
 from daemon.ops.logging import get_logger

@@ -52,6 +52,16 @@ class Heading:
     start: int
 
 
+MAX_TITLE_CHARS: Final = 300
+"""A "heading" longer than this is not one (a whole paragraph styled as a heading, or hostile input):
+an extractor writes it as a paragraph and no layout records it, since every result's ``sources`` may
+repeat a title. The pool refuses a worker's reply with a longer title."""
+MAX_HEADINGS: Final = 10_000
+"""Headings recorded in a layout at most; later ones stay in the text but not in the layout, whose
+look-ups (:meth:`Layout.heading_path`) are linear in the number of headings. The pool refuses a
+worker's reply with more."""
+
+
 @dataclass(frozen=True, slots=True)
 class Layout:
     """Where pages and headings start in a document's text (character offsets, ascending).

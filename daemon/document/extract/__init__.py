@@ -1,20 +1,24 @@
-"""Text out of the formats that are not text already (PDF, DOCX, ODT, HTML), and the headings of
-those that are (Markdown, reStructuredText).
+"""Text out of the formats that are not text already (PDF, DOCX, ODT, HTML): the sandboxed side of
+the document stage.
 
-:func:`extract` runs in a sandboxed extraction worker (:mod:`daemon.document.sandbox.pool`): it gets the
-raw bytes and the format :func:`daemon.document.formats.detect_format` found, and gives back the
-text in the heading-line convention of :mod:`daemon.document.types` with its layout, or raises
+:func:`extract` runs in a sandboxed extraction worker (:mod:`daemon.document.sandbox.worker`, which
+imports it by name at start): it gets the raw bytes and the format
+:func:`daemon.document.formats.detect_format` found, and gives back the text in the heading-line
+convention of :mod:`daemon.document.types` with its layout, or raises
 :class:`~daemon.errors.DocumentError` with a reason (``encrypted``, ``malformed``, ``too_large``,
-``too_expanded``, ``no_text``, ``binary``). :func:`text_layout` runs in the daemon itself, on decoded text.
+``too_expanded``, ``no_text``, ``binary``).
 
-The extractors are imported when first needed: a worker pays for lxml (and the PDF library) only
-when it extracts, and the daemon's own process, which only finds headings, never does.
+No module of the daemon's own process imports this package (an import-linter contract and
+``tests/unit/document/test_imports.py`` hold it): what that process needs of the text convention
+(the headings of Markdown and reST, the bounds of a layout, the piecewise clean-up) is in
+:mod:`daemon.document.headings`, :mod:`daemon.document.types` and :mod:`daemon.document.text`. The
+extractors are imported when first needed: a worker pays for lxml (and the PDF library) only when it
+extracts.
 """
 
 from __future__ import annotations
 
-from daemon.document.extract.markup import markup_layout
-from daemon.document.types import NO_LAYOUT, Extracted, ExtractLimits, Format, Layout
+from daemon.document.types import Extracted, ExtractLimits, Format
 
 
 def extract(data: bytes, fmt: Format, limits: ExtractLimits) -> Extracted:
@@ -37,12 +41,3 @@ def extract(data: bytes, fmt: Format, limits: ExtractLimits) -> Extracted:
 
         return extract_html(data, limits)
     raise ValueError(f"{fmt.value} is a text format: it is decoded, not extracted")
-
-
-def text_layout(text: str, fmt: Format) -> Layout:
-    """The layout of a decoded text-format document: for Markdown and reST the headings found in
-    ``text`` (offsets into it; the text itself is not changed), for plain text (and any other
-    format) none."""
-    if fmt in (Format.MARKDOWN, Format.RST):
-        return markup_layout(text, fmt)
-    return NO_LAYOUT

@@ -37,7 +37,8 @@ from typing import Any, Final
 
 from lxml import etree
 
-from daemon.document.extract.markup import TextWriter, list_label, one_line, replace_each
+from daemon.document.extract.markup import TextWriter, list_label
+from daemon.document.text import one_line, replace_each
 from daemon.document.types import Extracted, ExtractLimits, Format
 from daemon.errors import DocumentError
 

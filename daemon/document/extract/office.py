@@ -51,7 +51,8 @@ from daemon.document.containers import (
     is_encrypted_ooxml,
     zip_entries,
 )
-from daemon.document.extract.markup import TextWriter, list_label, one_line
+from daemon.document.extract.markup import TextWriter, list_label
+from daemon.document.text import one_line
 from daemon.document.types import Extracted, ExtractLimits, Format
 from daemon.errors import DocumentError
 

@@ -41,15 +41,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from daemon.document.extract.markup import (
-    MAX_HEADING_LEVEL,
+from daemon.document.extract.markup import MAX_HEADING_LEVEL
+from daemon.document.extract.pdf_screen import screen
+from daemon.document.text import line_pieces, one_line
+from daemon.document.types import (
     MAX_HEADINGS,
     MAX_TITLE_CHARS,
-    line_pieces,
-    one_line,
+    Extracted,
+    ExtractLimits,
+    Format,
+    Heading,
+    Layout,
+    TextCap,
+    utf8_size,
 )
-from daemon.document.extract.pdf_screen import screen
-from daemon.document.types import Extracted, ExtractLimits, Format, Heading, Layout, TextCap, utf8_size
 from daemon.errors import DocumentError
 
 # -- characters and lines --------------------------------------------------------------------------

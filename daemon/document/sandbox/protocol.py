@@ -30,8 +30,16 @@ import re
 import struct
 from typing import Any, BinaryIO, Final
 
-from daemon.document.extract.markup import MAX_HEADINGS, MAX_TITLE_CHARS
-from daemon.document.types import EXPANSION_REASON, Extracted, ExtractLimits, Format, Heading, Layout
+from daemon.document.types import (
+    EXPANSION_REASON,
+    MAX_HEADINGS,
+    MAX_TITLE_CHARS,
+    Extracted,
+    ExtractLimits,
+    Format,
+    Heading,
+    Layout,
+)
 from daemon.errors import DocumentError, Reason
 
 MIB: Final = 1024 * 1024

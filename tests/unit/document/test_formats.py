@@ -20,8 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from daemon.document.decode import decode_text
-from daemon.document.extract import text_layout
 from daemon.document.formats import detect_format, hint_format
+from daemon.document.headings import text_layout
 from daemon.document.types import Format
 from tests.corpus import BAD_CORPUS_DECODABLE, BAD_CORPUS_REASONS, CORPUS_DIR
 

@@ -35,9 +35,11 @@ from typing import Any, Final
 
 import pytest
 
+from daemon.document import text as pieces
 from daemon.document.decode import decode_text
-from daemon.document.extract import html, markup, pdf, pdf_screen, text_layout
+from daemon.document.extract import html, markup, pdf, pdf_screen
 from daemon.document.formats import detect_format
+from daemon.document.headings import text_layout
 from daemon.document.reader import clean_extracted
 from daemon.document.sandbox.protocol import parse_reply
 from daemon.document.types import ExtractLimits, Format
@@ -176,6 +178,7 @@ SCANS: Final[dict[str, Scan]] = {
     ),
     "text_layout(markdown)": Scan(lambda text: text_layout(text, Format.MARKDOWN), MARKUP_SHAPES),
     "text_layout(rst)": Scan(lambda text: text_layout(text, Format.RST), MARKUP_SHAPES),
+    "short_line": Scan(pieces.short_line, (*COMMON, "controls", "tabs", "no-break-spaces")),
     "clean_extracted": Scan(clean_extracted, (*COMMON, "controls")),
     "chunking separators": Scan(_separators, CHUNKING_SHAPES),
     "chunking segments": Scan(
@@ -185,8 +188,7 @@ SCANS: Final[dict[str, Scan]] = {
         lambda data: parse_reply(data, LIMITS), ("letters", "controls", "words"), prepare=_reply
     ),
     # -- in an extraction worker --
-    "one_line": Scan(markup.one_line, (*COMMON, "controls", "tabs", "no-break-spaces", "crlf")),
-    "short_line": Scan(markup.short_line, (*COMMON, "controls", "tabs", "no-break-spaces")),
+    "one_line": Scan(pieces.one_line, (*COMMON, "controls", "tabs", "no-break-spaces", "crlf")),
     "TextWriter.heading": Scan(lambda text: _writer(lambda w: w.heading(2, text)), (*COMMON, "controls")),
     "TextWriter.preformatted": Scan(
         lambda text: _writer(lambda w: w.preformatted(text)),

@@ -1,7 +1,10 @@
-"""The daemon process never loads an XML parser: extractors run only in the sandboxed worker."""
+"""The daemon process never loads the extractors nor an XML parser: they run only in the sandboxed
+worker (which loads :mod:`daemon.document.extract` by name), and what the daemon's process needs of
+the text convention lives outside that package."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -9,16 +12,47 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[3]
 
+DAEMON_MODULES = (
+    "daemon.document.formats",
+    "daemon.document.reader",
+    "daemon.document.sandbox.pool",
+    "daemon.pipeline",
+    "daemon.service",
+    "daemon.cli",
+)
+"""What the daemon's process imports: its entry point, the service, the pipeline, the document
+reader with format detection, and the pool (which imports the worker module for its options)."""
 
-def test_importing_the_pipeline_and_format_detection_does_not_load_lxml() -> None:
+
+def _loaded_after_import(prefixes: tuple[str, ...]) -> list[str]:
+    """The modules under ``prefixes`` that a fresh interpreter holds after importing
+    :data:`DAEMON_MODULES`."""
     code = (
-        "import sys\n"
-        "import daemon.document.formats, daemon.document.reader, daemon.pipeline, daemon.service\n"
-        "print(sorted(name for name in sys.modules if name == 'lxml' or name.startswith('lxml.')))\n"
+        "import importlib, json, sys\n"
+        f"for name in {DAEMON_MODULES!r}:\n"
+        "    importlib.import_module(name)\n"
+        f"prefixes = {prefixes!r}\n"
+        "print(json.dumps(sorted(name for name in sys.modules\n"
+        "    if any(name == prefix or name.startswith(prefix + '.') for prefix in prefixes))))\n"
     )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
         [sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env, timeout=120
     )
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.strip() == "[]"
+    loaded: list[str] = json.loads(proc.stdout.splitlines()[-1])
+    return loaded
+
+
+def test_importing_the_daemon_and_format_detection_does_not_load_lxml() -> None:
+    assert _loaded_after_import(("lxml",)) == []
+
+
+def test_importing_the_daemon_and_format_detection_does_not_load_the_extractors() -> None:
+    assert _loaded_after_import(("daemon.document.extract", "pypdfium2", "pdfminer")) == []
+
+
+def test_the_check_sees_what_is_loaded() -> None:
+    loaded = _loaded_after_import(("daemon.document",))
+    assert "daemon.document.headings" in loaded
+    assert "daemon.document.sandbox.worker" in loaded

@@ -123,11 +123,11 @@ def _config(model: Path, context: int, *, schema: bool, dtype: str | None = None
             "max_num_batched_tokens": max(context, raw["engine"].get("max_num_batched_tokens", 0)),
         }
     )
-    section = {} if schema else {"json_schema_file": None}
+    section = ProfileConfig() if schema else ProfileConfig(json_schema_file=None)
     return Config(
         engine=engine,
         summary=SummaryConfig(temperature=0.0),
-        profiles={name: ProfileConfig(**section) for name in PROFILE_OF.values()},
+        profiles=dict.fromkeys(PROFILE_OF.values(), section),
     )
 
 

@@ -23,7 +23,7 @@ import types
 import typing
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, Literal, Self
+from typing import Any, ClassVar, Final, Literal, Self
 from urllib.parse import urlsplit
 
 from pydantic import (
@@ -33,7 +33,9 @@ from pydantic import (
     ModelWrapValidatorHandler,
     PrivateAttr,
     SecretStr,
+    SerializerFunctionWrapHandler,
     ValidationError,
+    model_serializer,
     model_validator,
 )
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
@@ -441,8 +443,47 @@ class EngineConfig(_Section):
         return self.served_model_name or Path(self.model.rstrip("/")).name
 
 
-class SummaryConfig(_Section):
-    """What a summary asks of the model, and how documents longer than the context are handled."""
+class SamplingKeys(_Section):
+    """How a summary request samples its output: the keys ``[summary]`` and every
+    ``[profiles.NAME]`` share, declared once with ``[summary]``'s defaults (:data:`SAMPLING_KEYS`
+    lists them; :class:`daemon.contracts.Sampling` carries them to the engine under the same names).
+    """
+
+    temperature: float = Field(default=0.3, ge=0.0, description="Sampling temperature (0: greedy).")
+    top_p: float = Field(
+        default=0.9, gt=0.0, le=1.0, description="Nucleus sampling: the top-p mass sampled from."
+    )
+    repetition_penalty: float = Field(
+        default=1.1,
+        gt=0.0,
+        description="Penalty on tokens already in the prompt or output (1: none; 1.05-1.15 suits summaries).",
+    )
+    presence_penalty: float = Field(
+        default=0.0, ge=-2.0, le=2.0, description="Penalty on tokens already in the output (0: none)."
+    )
+    frequency_penalty: float = Field(
+        default=0.0,
+        ge=-2.0,
+        le=2.0,
+        description="Penalty on tokens by how often they are already in the output (0: none).",
+    )
+    stop: tuple[StopString, ...] = Field(
+        default=(), description="Strings that end a summary where the model writes them (not included)."
+    )
+    seed: int | None = Field(
+        default=None,
+        description="Per-request sampling seed, for reproducible output. GPU only: vLLM's CPU backend "
+        "crashes on it, so it is refused there (exit 2).",
+    )
+
+
+SAMPLING_KEYS: Final[tuple[str, ...]] = tuple(SamplingKeys.model_fields)
+"""The sampling keys (:class:`SamplingKeys`), in declaration order."""
+
+
+class SummaryConfig(SamplingKeys):
+    """What a summary asks of the model, and how documents longer than the context are handled; its
+    sampling is also that of every profile that sets none."""
 
     max_summary_tokens: int = Field(
         default=256,
@@ -493,44 +534,28 @@ class SummaryConfig(_Section):
         default=DEFAULT_PROFILE,
         description="The profile of documents whose source and options name none (see [profiles]).",
     )
-    temperature: float = Field(
-        default=0.3,
-        ge=0.0,
-        description="Sampling temperature (of the default profile, and of every profile that sets none).",
-    )
-    top_p: float = Field(
-        default=0.9, gt=0.0, le=1.0, description="Nucleus sampling: the top-p mass sampled from."
-    )
-    repetition_penalty: float = Field(
-        default=1.1, gt=0.0, description="Penalty on tokens already in the prompt or output (1: none)."
-    )
-    presence_penalty: float = Field(
-        default=0.0, ge=-2.0, le=2.0, description="Penalty on tokens already in the output (0: none)."
-    )
-    frequency_penalty: float = Field(
-        default=0.0,
-        ge=-2.0,
-        le=2.0,
-        description="Penalty on tokens by how often they are already in the output (0: none).",
-    )
-    stop: tuple[StopString, ...] = Field(
-        default=(), description="Strings that end a summary where the model writes them (not included)."
-    )
-    seed: int | None = Field(
-        default=None,
-        description="Per-request sampling seed, for reproducible output. GPU only: vLLM's CPU backend "
-        "crashes on it, so it is refused there (exit 2).",
-    )
 
 
-class ProfileConfig(_Section):
+class ProfileConfig(SamplingKeys):
     """A named summary profile (``[profiles.NAME]``): wording, default style and length, sampling.
 
     Every key is optional. Wording a profile leaves out is docsumd's own (the ``default`` profile's);
-    lengths, style and sampling it leaves out come from ``[summary]``. A name docsumd ships a profile
-    under (daemon/profiles.toml) starts from that profile: the section changes only the keys it sets.
-    Resolving it so (and reading ``instruction_file``) is :mod:`daemon.summary.profiles`'s part.
+    lengths, style and sampling it leaves out come from ``[summary]`` (:attr:`defaults_from`). A name
+    docsumd ships a profile under (daemon/profiles.toml) starts from that profile: the section changes
+    only the keys it sets. Resolving it so (and reading ``instruction_file``) is
+    :mod:`daemon.summary.profiles`'s part.
+
+    The sampling keys are :class:`SamplingKeys`'s: where the section leaves one out its attribute
+    holds that class's default, not ``[summary]``'s value, so what a profile sets is
+    :meth:`summary_overrides` (pydantic's ``model_fields_set``), and its sampling is that of its
+    resolved summary (:func:`daemon.summary.profiles.profile_summary`). Its dumps hold only the
+    sampling keys it sets, so a dump read back means the same profile.
     """
+
+    defaults_from: ClassVar[Mapping[str, str]] = types.MappingProxyType(
+        {key: f"summary.{key}" for key in ("style", "max_summary_tokens", *SAMPLING_KEYS)}
+    )
+    """The keys a section that leaves them out takes from ``[summary]`` -> that key."""
 
     description: str | None = Field(
         default=None, description="What the profile is for (shown by check-config)."
@@ -559,29 +584,12 @@ class ProfileConfig(_Section):
         default=None, min_length=1, description="What a request combining part summaries asks."
     )
     style: Style | None = Field(
-        default=None,
-        description="The profile's default style (a document's own option wins); summary.style's.",
+        default=None, description="The profile's default style (a document's own option wins)."
     )
     max_summary_tokens: int | None = Field(
         default=None,
         ge=16,
-        description="The profile's default summary length (a document's own option wins); "
-        "summary.max_summary_tokens.",
-    )
-    temperature: float | None = Field(default=None, ge=0.0, description="Sampling; summary.temperature.")
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0, description="Sampling; summary.top_p.")
-    repetition_penalty: float | None = Field(
-        default=None, gt=0.0, description="Sampling; summary.repetition_penalty (1.05-1.15 suits summaries)."
-    )
-    presence_penalty: float | None = Field(
-        default=None, ge=-2.0, le=2.0, description="Sampling; summary.presence_penalty."
-    )
-    frequency_penalty: float | None = Field(
-        default=None, ge=-2.0, le=2.0, description="Sampling; summary.frequency_penalty."
-    )
-    stop: tuple[StopString, ...] | None = Field(default=None, description="Stop strings; summary.stop.")
-    seed: int | None = Field(
-        default=None, description="Per-request sampling seed; summary.seed (refused on vLLM's CPU backend)."
+        description="The profile's default summary length (a document's own option wins).",
     )
     on_unsupported: OnUnsupported | None = Field(
         default=None,
@@ -604,6 +612,23 @@ class ProfileConfig(_Section):
     def reuses_cached(self) -> bool:
         """Whether the profile reuses cached summaries (``reuse_cached``, on unless set false)."""
         return self.reuse_cached is not False
+
+    def summary_overrides(self) -> dict[str, Any]:
+        """The keys it shares with ``[summary]`` (:attr:`defaults_from`) that it sets, with their values."""
+        return {
+            key: getattr(self, key)
+            for key in self.defaults_from
+            if key in self.model_fields_set and getattr(self, key) is not None
+        }
+
+    @model_serializer(mode="wrap")
+    def _dump_set_sampling_only(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        # A sampling key left out holds SamplingKeys' default: dumped, it would read back as set.
+        data: dict[str, Any] = handler(self)
+        for key in SAMPLING_KEYS:
+            if key not in self.model_fields_set:
+                data.pop(key, None)
+        return data
 
     @model_validator(mode="after")
     def _one_instruction(self) -> Self:
@@ -1373,7 +1398,9 @@ class Config(BaseSettings):
         """The config keys that set a per-request sampling seed (some engines cannot take one)."""
         keys = ["summary.seed"] if self.summary.seed is not None else []
         keys += [
-            f"profiles.{name}.seed" for name, profile in self.profiles.items() if profile.seed is not None
+            f"profiles.{name}.seed"
+            for name, profile in self.profiles.items()
+            if "seed" in profile.summary_overrides()
         ]
         return keys
 

@@ -32,8 +32,8 @@ Every implementation has idempotent ``start()``/``stop()``.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
+from dataclasses import dataclass, fields
+from typing import Any, Protocol, runtime_checkable
 
 from daemon.work import WorkItem
 
@@ -157,6 +157,15 @@ class Sampling:
     stop: tuple[str, ...] = ()
     json_schema: str | None = None
     """A JSON Schema (as JSON text) the output is constrained to, or None for free text."""
+
+    def settings(self) -> dict[str, Any]:
+        """Every field but ``json_schema`` by name, ``stop`` as a list: vLLM's ``SamplingParams``
+        and the OpenAI completions API take them under these names (each engine asks for a schema
+        its own way). The fields besides ``max_tokens`` and ``json_schema`` are the config's
+        sampling keys (:data:`daemon.config.SAMPLING_KEYS`)."""
+        values = {item.name: getattr(self, item.name) for item in fields(self) if item.name != "json_schema"}
+        values["stop"] = list(self.stop)
+        return values
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import inspect
 import json
 import re
 import sys
@@ -214,6 +215,13 @@ def config_sections() -> Iterator[tuple[list[str], type, bool]]:
     return walk(Config, [])
 
 
+def _own_keys_first(model: Any) -> list[tuple[str, Any]]:
+    """A section's fields, its own before those of a base it shares with other sections (the
+    sampling keys of [summary] and [profiles.NAME]), each in declaration order."""
+    own = inspect.get_annotations(model)
+    return sorted(model.model_fields.items(), key=lambda item: item[0] not in own)
+
+
 def config_page() -> str:
     """docs/reference/configuration.md."""
     from daemon.config import ENV_PREFIX, MAX_CONFIG_BYTES, RENAMED_KEYS
@@ -268,7 +276,8 @@ def config_page() -> str:
         doc = (model.__doc__ or "").strip()
         out.append(rst_to_md(" ".join(doc.split("\n\n")[0].split())) + "\n\n")
         rows = []
-        for name, field in model.model_fields.items():  # type: ignore[attr-defined]
+        taken_from: dict[str, str] = getattr(model, "defaults_from", {})
+        for name, field in _own_keys_first(model):
             if _is_section(field.annotation) is not None:
                 continue
             if typing.get_origin(field.annotation) is dict and _is_section(
@@ -282,11 +291,16 @@ def config_page() -> str:
                 kind += f", {bounds}"
             env = f"`{env_name(key)}`" + env_note(field.annotation)
             description = cell(field.description or "")
+            default = default_text(field, name)
+            if name in taken_from:  # left out, the key is another's: say whose
+                source = taken_from[name]
+                default = "unset"
+                description += f" Unset: [`{source}`](#{source})'s."
             rows.append(
                 [
                     f'<a id="{".".join(key)}"></a>`{name}`',
                     cell(kind),
-                    default_text(field, name),
+                    default,
                     f"{description}<br>{env}",
                 ]
             )

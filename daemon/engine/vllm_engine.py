@@ -137,15 +137,8 @@ def sampling_params(sampling: Sampling) -> SamplingParams:
         # Deltas, thinned to the first token and the end by the engine's stream_interval (see
         # engine_kwargs): the first output marks the end of the prefill, for admission.
         output_kind=RequestOutputKind.DELTA,
-        max_tokens=sampling.max_tokens,
-        temperature=sampling.temperature,
-        top_p=sampling.top_p,
-        repetition_penalty=sampling.repetition_penalty,
-        presence_penalty=sampling.presence_penalty,
-        frequency_penalty=sampling.frequency_penalty,
-        stop=list(sampling.stop) or None,
-        seed=sampling.seed,
         structured_outputs=structured,
+        **sampling.settings(),
     )
 
 

@@ -25,11 +25,11 @@ Only names in the config are accepted: a document asking for another fails with
 ``invalid_options``. A document never supplies wording or sampling of its own.
 
 **Version** (:func:`profile_version`): the first 12 hex digits of the SHA-256 of the profile's
-four instruction texts (system, document, part, combine) and its sampling (temperature, top_p,
-repetition, presence and frequency penalties, stop strings, seed) as canonical JSON. Every result
-records it beside the profile's name: a change of wording or sampling gives a new version, while a
-change of lengths, style, strategy or the layout does not (results record those themselves, and
-the layout is ``prompt_version``).
+four instruction texts (system, document, part, combine) and its sampling (the values of
+:data:`~daemon.config.SAMPLING_KEYS`) as canonical JSON. Every result records it beside the
+profile's name: a change of wording or sampling gives a new version, while a change of lengths,
+style, strategy or the layout does not (results record those themselves, and the layout is
+``prompt_version``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from daemon.config import Config, ProfileConfig, SummaryConfig, read_config_file
+from daemon.config import SAMPLING_KEYS, Config, ProfileConfig, SummaryConfig, read_config_file
 from daemon.contracts import Sampling
 from daemon.errors import ConfigError, DocumentError
 from daemon.summary.budget import ContextBudget, check_summary_lengths
@@ -56,18 +56,6 @@ from daemon.typing import DEFAULT_PROFILE, OnUnsupported
 VERSION_DIGITS: Final = 12
 MAX_INSTRUCTION_FILE_BYTES: Final = 256 << 10
 """The largest ``instruction_file`` read (256 KiB); a larger one is a configuration error."""
-_SUMMARY_KEYS: Final = (
-    "style",
-    "max_summary_tokens",
-    "temperature",
-    "top_p",
-    "repetition_penalty",
-    "presence_penalty",
-    "frequency_penalty",
-    "stop",
-    "seed",
-)
-"""The keys a profile shares with [summary]: a profile that leaves one out takes [summary]'s."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,16 +134,12 @@ class Profiles:
 
 def summary_sampling(summary: SummaryConfig, max_tokens: int | None = None) -> Sampling:
     """The sampling of a summary request of at most ``max_tokens`` (default: the summary's length)."""
-    return Sampling(
-        max_tokens=max_tokens or summary.max_summary_tokens,
-        temperature=summary.temperature,
-        top_p=summary.top_p,
-        repetition_penalty=summary.repetition_penalty,
-        seed=summary.seed,
-        presence_penalty=summary.presence_penalty,
-        frequency_penalty=summary.frequency_penalty,
-        stop=tuple(summary.stop),
-    )
+    return Sampling(max_tokens=max_tokens or summary.max_summary_tokens, **_sampling_values(summary))
+
+
+def _sampling_values(summary: SummaryConfig) -> dict[str, Any]:
+    """The summary's sampling keys (:data:`~daemon.config.SAMPLING_KEYS`) -> their values."""
+    return {key: getattr(summary, key) for key in SAMPLING_KEYS}
 
 
 # -- resolution ------------------------------------------------------------------------------------
@@ -196,8 +180,7 @@ def _over(section: ProfileConfig, base: ProfileConfig) -> ProfileConfig:
 
 def profile_summary(section: ProfileConfig, summary: SummaryConfig) -> SummaryConfig:
     """``summary`` with the profile's lengths, style and sampling where it sets them."""
-    overrides = {key: getattr(section, key) for key in _SUMMARY_KEYS if getattr(section, key) is not None}
-    return SummaryConfig.model_validate({**summary.model_dump(), **overrides})
+    return SummaryConfig.model_validate({**summary.model_dump(), **section.summary_overrides()})
 
 
 def read_instruction_file(path: Path) -> str:
@@ -234,18 +217,11 @@ def profile_version(
     instructions: Instructions, summary: SummaryConfig, schema: dict[str, Any] | None = None
 ) -> str:
     """The version of a profile's wording, sampling and JSON schema (see the module's doc)."""
-    sampling = summary_sampling(summary)
+    # Every sampling key is hashed, at its default too: a key added to SamplingKeys changes every
+    # version unless it is left out at its default, as opening_tokens is.
     payload: dict[str, Any] = {
         "instructions": dataclasses.asdict(instructions),
-        "sampling": {
-            "temperature": sampling.temperature,
-            "top_p": sampling.top_p,
-            "repetition_penalty": sampling.repetition_penalty,
-            "presence_penalty": sampling.presence_penalty,
-            "frequency_penalty": sampling.frequency_penalty,
-            "stop": list(sampling.stop),
-            "seed": sampling.seed,
-        },
+        "sampling": _sampling_values(summary),
     }
     if summary.opening_tokens:  # what the final combine step reads; absent when 0 (older versions hold)
         payload["opening_tokens"] = summary.opening_tokens

@@ -17,6 +17,7 @@ only with a ``finish_reason`` and ``[DONE]``; anything else is a lost request.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -43,6 +44,20 @@ class ServerFeatures:
         return self.vllm_version is not None
 
 
+_UNSENT_AT: Final[Mapping[str, object]] = {"repetition_penalty": 1.0, "stop": [], "seed": None}
+"""Sampling settings left out of a request at these values, which change nothing: the body stays
+the OpenAI API's own where it can (``repetition_penalty`` is vLLM's and SGLang's extension)."""
+
+
+def sampling_fields(sampling: Sampling) -> dict[str, Any]:
+    """A request's sampling fields (:meth:`~daemon.contracts.Sampling.settings`, the schema aside),
+    less those that change nothing."""
+    settings = sampling.settings()
+    return {
+        key: value for key, value in settings.items() if key not in _UNSENT_AT or value != _UNSENT_AT[key]
+    }
+
+
 def request_body(
     prompt_token_ids: list[int],
     sampling: Sampling,
@@ -57,20 +72,10 @@ def request_body(
     body: dict[str, Any] = {
         "model": model,
         "prompt": prompt_token_ids,
-        "max_tokens": sampling.max_tokens,
-        "temperature": sampling.temperature,
-        "top_p": sampling.top_p,
-        "presence_penalty": sampling.presence_penalty,
-        "frequency_penalty": sampling.frequency_penalty,
+        **sampling_fields(sampling),
         "stream": True,
         "stream_options": {"include_usage": True},
     }
-    if sampling.repetition_penalty != 1.0:
-        body["repetition_penalty"] = sampling.repetition_penalty  # vLLM's (and SGLang's) extension
-    if sampling.stop:
-        body["stop"] = list(sampling.stop)
-    if sampling.seed is not None:
-        body["seed"] = sampling.seed
     if sampling.json_schema is not None:
         if features.vllm:
             # vLLM's own field (0.26 on); free whitespace off as in-process (read by the guidance

@@ -1,5 +1,6 @@
 """The engine wrapper's checks that need no engine: a missing model is a configuration error; the
-engine's processes leave SIGINT to the main process; a deliberate stop logs no error."""
+engine's processes leave SIGINT to the main process; a deliberate stop logs no error; vLLM's sampling
+settings carry every field of a request's sampling."""
 
 from __future__ import annotations
 
@@ -15,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from daemon.config import EngineConfig
+from daemon.contracts import Sampling
 from daemon.engine.vllm_engine import (
     Engine,
     _deliberate_shutdown_logged_as_info,
     engine_args,
+    sampling_params,
 )
 from daemon.errors import ConfigError, EngineDeadError
 from tests.doubles.engine import FakeAsyncLLM
@@ -153,3 +156,29 @@ def test_request_priorities_reach_vllm_only_where_it_schedules_by_priority(tmp_p
     assert Engine(EngineConfig(model=str(tmp_path)))._by_priority is False
     by_priority = EngineConfig(model=str(tmp_path), extra={"scheduling_policy": "priority"})
     assert Engine(by_priority)._by_priority is True
+
+
+def test_vllms_sampling_settings_carry_every_sampling_field() -> None:
+    from vllm.sampling_params import RequestOutputKind
+
+    sampling = Sampling(
+        max_tokens=32,
+        temperature=0.7,
+        top_p=0.8,
+        repetition_penalty=1.2,
+        seed=5,
+        presence_penalty=0.1,
+        frequency_penalty=0.2,
+        stop=("END",),
+    )
+    params = sampling_params(sampling)
+    assert (params.max_tokens, params.temperature, params.top_p, params.seed) == (32, 0.7, 0.8, 5)
+    assert (params.repetition_penalty, params.presence_penalty, params.frequency_penalty) == (1.2, 0.1, 0.2)
+    assert params.stop == ["END"]
+    assert params.output_kind == RequestOutputKind.DELTA
+    assert params.structured_outputs is None
+    schema = sampling_params(
+        Sampling(max_tokens=8, temperature=0.0, top_p=1.0, repetition_penalty=1.0, json_schema="{}")
+    )
+    assert schema.structured_outputs is not None
+    assert (schema.structured_outputs.json, schema.stop, schema.seed) == ("{}", [], None)

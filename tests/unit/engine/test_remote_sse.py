@@ -183,3 +183,44 @@ def test_the_request_carries_what_the_server_reads() -> None:
     assert request_body([1], schema, model="m", features=ServerFeatures(), stream_interval=1, priority=None)[
         "response_format"
     ]["json_schema"]["schema"] == {"type": "object"}
+
+
+def test_the_request_carries_each_sampling_setting_and_leaves_out_those_that_change_nothing() -> None:
+    features = ServerFeatures()
+    plain = Sampling(max_tokens=64, temperature=0.3, top_p=0.9, repetition_penalty=1.0)
+    body = request_body([1], plain, model="m", features=features, stream_interval=1, priority=None)
+    sent = {
+        "max_tokens": 64,
+        "temperature": 0.3,
+        "top_p": 0.9,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+    }
+    assert body == {
+        "model": "m",
+        "prompt": [1],
+        **sent,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    every = Sampling(
+        max_tokens=64,
+        temperature=0.7,
+        top_p=0.8,
+        repetition_penalty=1.2,
+        seed=0,
+        presence_penalty=0.1,
+        frequency_penalty=0.2,
+        stop=("END",),
+    )
+    body = request_body([1], every, model="m", features=features, stream_interval=1, priority=None)
+    assert {key: body[key] for key in every.settings()} == {
+        "max_tokens": 64,
+        "temperature": 0.7,
+        "top_p": 0.8,
+        "repetition_penalty": 1.2,
+        "seed": 0,
+        "presence_penalty": 0.1,
+        "frequency_penalty": 0.2,
+        "stop": ["END"],
+    }

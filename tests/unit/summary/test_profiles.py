@@ -7,6 +7,7 @@ is not involved (tests/e2e/test_profiles.py runs profiles through the real daemo
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,8 @@ from typing import Any
 import pytest
 
 from daemon.cli import describe_profiles, main
-from daemon.config import Config, EngineConfig, ProfileConfig, SummaryConfig, load_config
+from daemon.config import SAMPLING_KEYS, Config, EngineConfig, ProfileConfig, SummaryConfig, load_config
+from daemon.contracts import Sampling
 from daemon.errors import ConfigError, DocumentError
 from daemon.summary.budget import ContextBudget
 from daemon.summary.options import parse_options
@@ -264,6 +266,29 @@ def test_the_default_profiles_version_is_pinned() -> None:
     assert profile_version(DEFAULT_INSTRUCTIONS, SummaryConfig()) == "4326a18487ea"  # summary-v4 and -v5
 
 
+def test_the_versions_of_shipped_and_configured_profiles_are_pinned() -> None:
+    # Versions are recorded in results and in the summary cache's keys: the same settings must keep
+    # them, however the sampling keys are declared (computed before they were declared once).
+    shipped = Config(
+        engine=EngineConfig(model="unused"),
+        profiles={name: ProfileConfig() for name in ("brief", "bullets", "contract", "paper")},
+    )
+    assert {spec.name: spec.version for spec in resolve_profiles(shipped)} == {
+        "default": "4326a18487ea",
+        "brief": "c7aa4856a448",
+        "bullets": "5a0785e0ea24",
+        "contract": "3390aa28b06b",
+        "paper": "f195e1f71e19",
+    }
+    configured = Config(
+        engine=EngineConfig(model="unused"),
+        summary=SummaryConfig(temperature=0.5, seed=7, stop=("END",)),
+        profiles={"memo": ProfileConfig(top_p=0.5, presence_penalty=0.2)},
+    )
+    versions = {spec.name: spec.version for spec in resolve_profiles(configured)}
+    assert versions == {"default": "6a4c244aca96", "memo": "e81fd9f8cc78"}
+
+
 # -- choosing a profile ----------------------------------------------------------------------------
 
 
@@ -473,12 +498,113 @@ def test_a_profile_seed_is_refused_on_the_cpu_backend() -> None:
     check_platform_support([])
 
 
+def _sampling_of(profile: str, config: Config) -> dict[str, Any]:
+    spec = next(spec for spec in resolve_profiles(config) if spec.name == profile)
+    return {key: getattr(spec.summary, key) for key in SAMPLING_KEYS}
+
+
+def test_a_profile_takes_each_sampling_key_it_leaves_out_from_summary(tmp_path: Path) -> None:
+    summary = (
+        "[summary]\ntemperature = 0.5\ntop_p = 0.8\nrepetition_penalty = 1.2\npresence_penalty = 0.3\n"
+        'frequency_penalty = 0.4\nstop = ["END"]\nseed = 9\n'
+    )
+    config = load_config(config_file(tmp_path, _engine() + FOLDER + summary + "[profiles.memo]\n"))
+    assert config.profiles["memo"].summary_overrides() == {}
+    expected = {
+        "temperature": 0.5,
+        "top_p": 0.8,
+        "repetition_penalty": 1.2,
+        "presence_penalty": 0.3,
+        "frequency_penalty": 0.4,
+        "stop": ("END",),
+        "seed": 9,
+    }
+    assert _sampling_of("memo", config) == expected
+    # A shipped profile too: brief sets temperature and repetition_penalty, the rest is [summary]'s.
+    config = load_config(config_file(tmp_path, _engine() + FOLDER + summary + "[profiles.brief]\n"))
+    assert _sampling_of("brief", config) == {**expected, "temperature": 0.2, "repetition_penalty": 1.05}
+
+
+def test_a_sampling_key_a_profile_sets_wins_even_at_the_built_in_default(tmp_path: Path) -> None:
+    # 0.3, 0.9, 1.1, 0.0, 0.0 and [] are SamplingKeys' defaults: set in the profile, they still win.
+    summary = (
+        "[summary]\ntemperature = 0.5\ntop_p = 0.8\nrepetition_penalty = 1.2\npresence_penalty = 0.3\n"
+        'frequency_penalty = 0.4\nstop = ["END"]\nseed = 9\n'
+    )
+    memo = (
+        "[profiles.memo]\ntemperature = 0.3\ntop_p = 0.9\nrepetition_penalty = 1.1\npresence_penalty = 0.0\n"
+        "frequency_penalty = 0.0\nstop = []\nseed = 1\n"
+    )
+    config = load_config(config_file(tmp_path, _engine() + FOLDER + summary + memo))
+    own = {
+        "temperature": 0.3,
+        "top_p": 0.9,
+        "repetition_penalty": 1.1,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "stop": (),
+        "seed": 1,
+    }
+    assert _sampling_of("memo", config) == own
+    assert _sampling_of("default", config)["temperature"] == 0.5
+    assert config.seeded_keys() == ["summary.seed", "profiles.memo.seed"]
+
+
+def test_a_config_dumped_and_read_back_keeps_what_each_profile_leaves_to_summary() -> None:
+    config = Config(
+        engine=EngineConfig(model="unused"),
+        summary=SummaryConfig(temperature=0.5, top_p=0.8),
+        profiles={"memo": ProfileConfig(top_p=0.5, style="bullets"), "plain": ProfileConfig()},
+    )
+    dumped = config.model_dump(mode="json")
+    # A profile's dump holds only the sampling keys it sets, not the defaults it inherits.
+    assert dumped["profiles"]["memo"]["top_p"] == 0.5
+    assert "temperature" not in dumped["profiles"]["memo"]
+    assert not set(SAMPLING_KEYS) & set(dumped["profiles"]["plain"])
+    again = Config.model_validate(dumped)
+    for name in ("memo", "plain"):
+        assert _sampling_of(name, again) == _sampling_of(name, config)
+    assert _sampling_of("memo", again)["temperature"] == 0.5
+
+
+def test_the_sampling_keys_are_the_engine_contracts_sampling_fields() -> None:
+    # One declaration (SamplingKeys) feeds the contract the engines map from; they must agree.
+    contract = {item.name for item in dataclasses.fields(Sampling)}
+    assert contract == {"max_tokens", "json_schema", *SAMPLING_KEYS}
+    assert set(SummaryConfig.model_fields) >= set(SAMPLING_KEYS)
+    assert set(ProfileConfig.defaults_from) >= set(SAMPLING_KEYS)
+    sampling = summary_sampling(SummaryConfig(seed=4, stop=("END",)), 32)
+    assert sampling.settings() == {
+        "max_tokens": 32,
+        "temperature": 0.3,
+        "top_p": 0.9,
+        "repetition_penalty": 1.1,
+        "presence_penalty": 0.0,
+        "frequency_penalty": 0.0,
+        "stop": ["END"],
+        "seed": 4,
+    }
+
+
+def test_a_bad_sampling_value_in_a_profile_exits_2_naming_the_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = config_file(tmp_path, _engine() + FOLDER + "[profiles.memo]\ntemperature = -1\ntop_p = 0\n")
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "profiles.memo.temperature: Input should be greater than or equal to 0" in err
+    assert "profiles.memo.top_p: Input should be greater than 0" in err
+
+
 def test_profiles_can_be_changed_from_the_environment(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("DOCSUMD_PROFILES__BRIEF__TEMPERATURE", "0.05")
-    config = load_config(config_file(tmp_path, _engine() + FOLDER + "[profiles.brief]\n"))
+    monkeypatch.setenv("DOCSUMD_PROFILES__MEMO__TOP_P", "0.5")
+    text = _engine() + FOLDER + "[summary]\ntop_p = 0.8\n[profiles.brief]\n[profiles.memo]\n"
+    config = load_config(config_file(tmp_path, text))
     assert effective_profiles(config)["brief"].temperature == 0.05
+    assert (_sampling_of("brief", config)["top_p"], _sampling_of("memo", config)["top_p"]) == (0.8, 0.5)
 
 
 # -- the command line ------------------------------------------------------------------------------

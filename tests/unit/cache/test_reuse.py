@@ -275,3 +275,21 @@ async def test_a_model_whose_revision_cannot_be_read_leaves_the_cache_off(
     monkeypatch.setattr(factory, "create_cache", unreadable)
     config = Config(engine=EngineConfig(model=str(tmp_path)), cache=CacheConfig(path=tmp_path / "c.sqlite3"))
     assert await factory.build_cache(config) is None
+
+
+async def test_smaller_parts_make_an_edit_cheaper(tokenizer: Any, cache: SummaryCache) -> None:
+    """``summary.max_part_tokens`` caps what a part carries: more parts on a first run, and an edit
+    redoes less of the document."""
+    text = long_text(200)
+    shares = {}
+    for cap in (None, 300):
+        engine = replying_engine()
+        summarizer = cached(tokenizer, engine, cache, max_part_tokens=cap)
+        first = await summarizer.summarize(make_document(text, f"a-{cap}.txt"))
+        second = await summarizer.summarize(make_document(edited(text, 150), f"b-{cap}.txt"))
+        parts = [call for call in engine.calls if call.kind == "part"]
+        if cap is not None:
+            assert all(len(call.prompt) <= cap + 200 for call in parts)  # the text plus its template
+        shares[cap] = (first.parts, second.prompt_tokens / first.prompt_tokens)
+    assert shares[300][0] > shares[None][0]
+    assert shares[300][1] < shares[None][1]

@@ -1,4 +1,4 @@
-"""bench.lib.cache_timing: a real SQLite-backed cache, its calls timed where a document waits for them."""
+"""bench.lib.cache_timing: a real SQLite-backed cache, its calls timed (wall and CPU)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ async def test_lookups_writes_and_keys_are_timed_once_each(tmp_path: Path) -> No
         assert [entry is not None for entry in await cache.get_many([part, combine])] == [True, True]
     assert inside.calls == {"get_many": 2, "key_combine": 1, "key_part": 1, "put_many": 1}
     assert all(seconds > 0 for seconds in inside.seconds.values())
+    assert set(inside.cpu) == {"decode", "encode", "key_combine", "key_part", "store"}
+    assert inside.total_cpu > 0
     report = inside.as_dict()
     assert report["total_s"] == round(inside.total, 4)
     assert inside.total == sum(inside.seconds.values())

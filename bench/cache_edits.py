@@ -19,13 +19,13 @@ in a temp folder). Then, against the same store:
 
 The first, edited and identical runs are one ``docsumd summarize`` process, one document at a time
 (``service.max_inflight_documents = 1``); each cold run is a process of its own. Sampling is
-greedy (``temperature = 0``) so that the off and on runs do the same work. The tiny model's random
-text never ends on its own, and an output cut off at its length limit is never stored, so by default
-``summary.stop = [" "]`` ends its outputs at their first space (``--stop``): its outputs are a word
-long, so the engine tokens are nearly all prompt tokens, and staged summaries have one combine level.
+greedy (``temperature = 0``, ``--temperature``) so that the off and on runs do the same work; a
+greedy profile stores outputs cut off at their length limit too (the same output would come again).
+The tiny model's random text rarely ends on its own, so by default ``summary.stop = [" "]`` ends its
+outputs at their first space (``--stop``; give ``--stop ''`` for none, as for a real model).
 
     .venv/bin/python -m bench.cache_edits --model DIR [--max-model-len 2048] [--tokens 150000]
-        [--repeats 3] [--out FILE]
+        [--repeats 3] [--temperature 0] [--max-part-tokens N] [--out FILE]
 
 With the tiny model (``docsumd make-tiny-model DIR``) tokens are what counts: its context is small, so
 a long contract makes many parts. Wrap it as the other engine benchmarks (one engine at a time).
@@ -89,7 +89,14 @@ def edit_clauses(text: str, at: tuple[float, ...] = (0.25, 0.5, 0.75)) -> tuple[
     return text, sorted(offsets)
 
 
-def config_text(model: Path, max_model_len: int, cache: Path | None, stop: list[str]) -> str:
+def config_text(  # noqa: PLR0917 - the run's settings, one call site each
+    model: Path,
+    max_model_len: int,
+    cache: Path | None,
+    stop: list[str],
+    temperature: float = 0.0,
+    max_part_tokens: int | None = None,
+) -> str:
     cache_section = (
         f"[cache]\npath = {json.dumps(str(cache))}\n" if cache is not None else "[cache]\nenabled = false\n"
     )
@@ -107,9 +114,10 @@ def config_text(model: Path, max_model_len: int, cache: Path | None, stop: list[
             enforce_eager = true
 
             [summary]
-            temperature = 0.0
+            temperature = {temperature}
             max_parts = 4096
             stop = {json.dumps(stop)}
+            {"" if max_part_tokens is None else f"max_part_tokens = {max_part_tokens}"}
 
             [service]
             max_inflight_documents = 1
@@ -194,6 +202,16 @@ def main() -> int:
         "word and never ends on its own: an output cut off at its length limit is never stored, so "
         "without one nothing is reused; give --stop '' for none)",
     )
+    parser.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="summary.temperature (default 0: greedy, so that the cold runs with the cache on and off do "
+        "the same work; above 0 an output cut at its length limit is not stored)",
+    )
+    parser.add_argument(
+        "--max-part-tokens", type=int, default=None, help="summary.max_part_tokens (default: unset)"
+    )
     parser.add_argument("--work", type=Path, default=None, help="run folders (default: a temp folder)")
     parser.add_argument(
         "--out", type=Path, default=None, help="default: bench/results/DATE_MACHINE_cache-edits.json"
@@ -209,7 +227,7 @@ def main() -> int:
     edited, offsets = edit_clauses(contract)
     work = args.work or Path(tempfile.mkdtemp(prefix="docsumd-cache-edits-"))
     store = work / "store" / "summaries.sqlite3"
-    on = config_text(args.model, args.max_model_len, store, args.stop)
+    on = config_text(args.model, args.max_model_len, store, args.stop, args.temperature, args.max_part_tokens)
     print(f"contract: {len(contract):,} characters; edits at {offsets}; work folder {work}", flush=True)
 
     result: dict[str, Any] = {
@@ -219,6 +237,8 @@ def main() -> int:
         "model": str(args.model),
         "max_model_len": args.max_model_len,
         "stop": args.stop,
+        "temperature": args.temperature,
+        "max_part_tokens": args.max_part_tokens,
         "contract_chars": len(contract),
         "edit_offsets": offsets,
         "goals": {"edited_share_max": 0.15, "identical_tokens": 0, "cache_cost_max": 0.02},
@@ -245,7 +265,14 @@ def main() -> int:
     for repeat in range(args.repeats):
         for mode in ("off", "on") if repeat else ("off",):
             fresh = work / f"store-{repeat}" / "summaries.sqlite3"
-            config = config_text(args.model, args.max_model_len, fresh if mode == "on" else None, args.stop)
+            config = config_text(
+                args.model,
+                args.max_model_len,
+                fresh if mode == "on" else None,
+                args.stop,
+                args.temperature,
+                args.max_part_tokens,
+            )
             record = summarize(work, f"cold-{mode}-{repeat}", {"contract.txt": contract}, config)[
                 "contract.txt"
             ]
@@ -260,7 +287,7 @@ def main() -> int:
         )
         _write(args.out, result)
     summary = {
-        key: result[key]
+        key: result.get(key)
         for key in (
             "edited_engine_token_share",
             "identical_engine_tokens",

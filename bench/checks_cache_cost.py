@@ -23,6 +23,13 @@ corpus's legal and regulatory texts as articles, three clauses edited), each as 
 result's own counts, which leave reused work out) and seconds, against the first run's and the
 uncached edited run's.
 
+Every pass and run with the cache also says how long it spent inside it (``inside_cache``: the
+wall seconds of its lookups, writes and keys, :mod:`bench.lib.cache_timing`) and that time's share of
+its own seconds (``inside_cache_share``), and the CPU seconds of the cache's own code over the same
+seconds (``inside_cache_cpu_share``): the cache's cost on a cold run measured in the run itself,
+which the machine's noise between passes does not blur (the wall figure is a loose upper bound
+with several documents in flight: a call also waits for the interpreter lock while other work runs).
+
     python3 -m bench.checks_cache_cost --config bench/configs/h200-qwen7b-dummy.toml --docs DOCS --copies 3 \
         --json OUT/costs.json --deadline 540
 """
@@ -42,6 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.lib import REPO, SHARED
+from bench.lib.cache_timing import timed
 from bench.lib.results import result_path, write_result
 from bench.lib.workloads import shuffled_copy
 from bench.remote import Shared, one_pass
@@ -143,6 +151,14 @@ def summarize(result: dict[str, Any]) -> None:
 
     result["checks_on_over_off"] = ratio("base", "nochecks")
     result["cache_cold_over_off"] = ratio("cache-cold", "base-stop")
+    for key in ("inside_cache_share", "inside_cache_cpu_share"):
+        shares = [p[key] for p in passes if key in p]
+        if shares:
+            result[f"cache_cold_{key.removeprefix('inside_cache_')}"] = {
+                "median": round(statistics.median(shares), 5),
+                "min": min(shares),
+                "max": max(shares),
+            }
     contract = result.get("contract", {})
     first, edited = contract.get("contract-first"), contract.get("contract-edited")
     nocache, identical = contract.get("contract-edited-nocache"), contract.get("contract-identical")
@@ -249,13 +265,15 @@ def main() -> int:
                         store = work / f"store-{round_}.sqlite3"
                         cfg = planned or with_cache(config, store, stop)
                         cache = await build_cache(cfg) if cfg.cache.enabled else None
+                        inside = None if cache is None else timed(cache)
                         await engine.reset_prefix_cache()
                         t0 = time.monotonic()
                         with checks_off() if patched else contextlib.nullcontext():
                             outcome = await one_pass(
                                 cfg, Shared(engine), docs, folder, f"{label} round {round_}", cache=cache
                             )
-                        pass_s = max(pass_s, time.monotonic() - t0)
+                        this_pass_s = time.monotonic() - t0
+                        pass_s = max(pass_s, this_pass_s)
                         done = records(folder)
                         outcome["generated_tokens"] = sum(r.get("generated_tokens") or 0 for r in done)
                         outcome["finish_reasons"] = {
@@ -264,6 +282,10 @@ def main() -> int:
                         }
                         outcome["reused_requests"] = sum(reused(r, "requests") for r in done)
                         outcome["summary_cache"] = cache is not None
+                        if inside is not None:
+                            outcome["inside_cache"] = inside.as_dict()
+                            outcome["inside_cache_share"] = round(inside.total / this_pass_s, 5)
+                            outcome["inside_cache_cpu_share"] = round(inside.total_cpu / this_pass_s, 5)
                         # The check's own seconds per result (off the event loop, beside the engine's).
                         outcome["check_s"] = round(
                             sum((r.get("timings") or {}).get("check_s") or 0.0 for r in done), 3
@@ -290,11 +312,18 @@ def main() -> int:
             for label, where, name, text in runs:
                 cfg = with_cache(config, where, stop)
                 cache = await build_cache(cfg) if cfg.cache.enabled else None
+                inside = None if cache is None else timed(cache)
                 await engine.reset_prefix_cache()
                 folder = work / label
+                started = time.monotonic()
                 await one_pass(cfg, Shared(engine), [(name, text)], folder, label, cache=cache)
+                run_s = time.monotonic() - started
                 record = records(folder)[0]
                 result["contract"][label] = work_of(record)
+                if inside is not None:
+                    result["contract"][label]["inside_cache"] = inside.as_dict()
+                    result["contract"][label]["inside_cache_share"] = round(inside.total / run_s, 5)
+                    result["contract"][label]["inside_cache_cpu_share"] = round(inside.total_cpu / run_s, 5)
                 summaries[label] = record.get("summary", "")
                 write()
             result["contract"]["identical_summary_same_as_first"] = summaries.get(

@@ -511,6 +511,15 @@ class SummaryConfig(SamplingKeys):
     chunk_overlap_tokens: int = Field(
         default=64, ge=0, description="Tokens consecutive parts share (at most a quarter of a part)."
     )
+    max_part_tokens: int | None = Field(
+        default=None,
+        ge=256,
+        description="Most tokens of a document one part carries (map_reduce). Unset: as many as a part "
+        "request has room for in engine.max_model_len. Smaller parts make an edited document cheaper "
+        "with the summary cache (an edit redoes the parts around it, so their size is its cost), at "
+        "the price of more requests and combine steps on a first run (the docs: Guides, The summary "
+        "cache).",
+    )
     opening_tokens: int = Field(
         default=384,
         ge=0,

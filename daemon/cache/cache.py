@@ -20,8 +20,8 @@ How a summarizer uses it (one document)::
     # each combine step: its children's keys, its labels and settings
     key = keys.combine(child_keys, step, labels=labels, verbatim=opening_ids)
 
-Only what the engine made is written; an output that was cut short (``finish_reason`` "length") or
-refused (a structured step's invalid output) is the caller's to leave out.
+Only what the engine made is written; which outputs to leave out (one cut short under sampling, a
+structured step's invalid output, a retry's) is the caller's choice.
 """
 
 from __future__ import annotations

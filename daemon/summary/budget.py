@@ -10,7 +10,8 @@ the length of its wording change the room (:func:`daemon.summary.profiles.build_
 * ``part_summary_tokens``: the length of each part's summary and of intermediate combined
   summaries (``summary.part_summary_tokens``; default ``max_summary_tokens``, at most a sixth of the
   context);
-* ``part_input_tokens``: how much of a document one part carries (what a part request has room for);
+* ``part_input_tokens``: how much of a document one part carries (what a part request has room for,
+  at most ``summary.max_part_tokens``);
 * ``overlap_tokens``: tokens consecutive parts share (``summary.chunk_overlap_tokens``, at most a
   quarter of a part);
 * :meth:`ContextBudget.room`: the text a request of a kind, style and output length can carry;
@@ -188,6 +189,8 @@ class ContextBudget:
         check_summary_lengths(summary, context_tokens, summary_key=summary_key)
         part_tokens = part_summary_tokens(summary, context_tokens)
         part_input_tokens = _room(prompts, context_tokens, PromptKind.PART, _PART_STYLE, part_tokens)
+        if summary.max_part_tokens is not None:
+            part_input_tokens = min(part_input_tokens, summary.max_part_tokens)
         budget = cls(
             context_tokens=context_tokens,
             summary_tokens=summary.max_summary_tokens,

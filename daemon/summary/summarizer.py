@@ -131,6 +131,9 @@ class _DocumentRun:
         self.reused_generated_tokens = 0
         self.final_attempt = 0
         """The final step's try whose output was accepted (0: the first; a retry's is not stored)."""
+        self.keeps_cut_outputs = profile.sampling().temperature == 0
+        """Whether an output cut off at its length limit is stored: greedy decoding would make the same
+        output again, while under sampling it is one poor draw that a later request may improve on."""
 
         self.engine_s = 0.0
         """Seconds from the start to the final summary (its check excluded)."""
@@ -176,7 +179,7 @@ class _DocumentRun:
     ) -> list[Generation]:
         """The outputs of one level's requests (``(key, body_ids)`` each, in the ``prose`` style): taken
         from the cache where it has them, else made by the engine concurrently and stored (unless cut
-        off at the length limit)."""
+        off at the length limit, unless greedy)."""
         keys = [key for key, _ in requests]
         found: list[CachedSummary | None] = [None] * len(requests)
         if self.cache is not None:
@@ -199,7 +202,8 @@ class _DocumentRun:
         return [generation for generation in generations if generation is not None]
 
     async def store(self, made: Sequence[tuple[CacheKey | None, Generation]]) -> None:
-        """Store what the engine made under its key: never an output cut off at the length limit."""
+        """Store what the engine made under its key; an output cut off at the length limit only where
+        the profile decodes greedily (:attr:`keeps_cut_outputs`)."""
         if self.cache is None:
             return
         now = time.time()
@@ -216,7 +220,7 @@ class _DocumentRun:
                 ),
             )
             for key, generation in made
-            if key is not None and generation.finish_reason != "length"
+            if key is not None and (generation.finish_reason != "length" or self.keeps_cut_outputs)
         ]
         if entries:
             await self.cache.put_many(entries)
@@ -310,7 +314,8 @@ class _DocumentRun:
         output is cut off or invalid; then DocumentError ``invalid_output`` carrying the last output.
 
         With ``key``, a cached output is used when there is one that the format accepts; the first
-        try's output is stored unless it was cut off or refused (a retry's never: it is another draw)."""
+        try's output is stored unless it was refused, or cut off under sampling (a retry's never: it is
+        another draw)."""
         output = plan.profile.output
         base = plan.profile.sampling(plan.max_tokens)
         if redraw:  # another draw (on_unsupported = "retry"): another seed where one is set, never greedy
@@ -615,7 +620,7 @@ class Summarizer:
         if (
             document_key is not None
             and run.cache is not None
-            and summary.finish_reason != "length"
+            and (summary.finish_reason != "length" or run.keeps_cut_outputs)
             and run.final_attempt == 0
         ):
             await run.cache.put(document_key, _document_entry(document_key, summary))

@@ -116,17 +116,35 @@ def _not_reusing(summarizer: Summarizer) -> Any:
     return Profiles([profile], profile.name)
 
 
-async def test_an_output_cut_off_at_the_length_limit_is_not_stored(
+async def test_an_output_cut_off_at_the_length_limit_is_not_stored_under_sampling(
     tokenizer: Any, cache: SummaryCache
 ) -> None:
     engine = replying_engine()
     engine.replies = [("cut off", "length")] * 1000
-    summarizer = cached(tokenizer, engine, cache)
+    summarizer = cached(tokenizer, engine, cache, temperature=0.3)
     text = long_text(60)
     first = await summarizer.summarize(make_document(text))
     assert first.finish_reason == "length"
     await summarizer.summarize(make_document(text))
     assert len(engine.calls) == 2 * first.requests  # nothing was stored, so nothing reused
+
+
+async def test_an_output_cut_off_at_the_length_limit_is_stored_when_greedy(
+    tokenizer: Any, cache: SummaryCache
+) -> None:
+    engine = replying_engine()
+    engine.replies = [("cut off", "length")] * 1000
+    summarizer = cached(tokenizer, engine, cache, temperature=0.0)
+    text = long_text(60)
+    first = await summarizer.summarize(make_document(text))
+    assert first.finish_reason == "length"
+    made = len(engine.calls)
+    again = await summarizer.summarize(make_document(text))
+    assert len(engine.calls) == made  # the same draw would come again: the whole document reused
+    assert again.reused_document
+    assert again.text == first.text
+    edited_text = await summarizer.summarize(make_document(edited(text, 40)))
+    assert len(engine.calls) - made == edited_text.depth  # the edited part and the steps above it
 
 
 async def test_a_single_request_document_is_reused_by_its_part_key_under_a_new_options_set(
@@ -257,3 +275,21 @@ async def test_a_model_whose_revision_cannot_be_read_leaves_the_cache_off(
     monkeypatch.setattr(factory, "create_cache", unreadable)
     config = Config(engine=EngineConfig(model=str(tmp_path)), cache=CacheConfig(path=tmp_path / "c.sqlite3"))
     assert await factory.build_cache(config) is None
+
+
+async def test_smaller_parts_make_an_edit_cheaper(tokenizer: Any, cache: SummaryCache) -> None:
+    """``summary.max_part_tokens`` caps what a part carries: more parts on a first run, and an edit
+    redoes less of the document."""
+    text = long_text(200)
+    shares = {}
+    for cap in (None, 300):
+        engine = replying_engine()
+        summarizer = cached(tokenizer, engine, cache, max_part_tokens=cap)
+        first = await summarizer.summarize(make_document(text, f"a-{cap}.txt"))
+        second = await summarizer.summarize(make_document(edited(text, 150), f"b-{cap}.txt"))
+        parts = [call for call in engine.calls if call.kind == "part"]
+        if cap is not None:
+            assert all(len(call.prompt) <= cap + 200 for call in parts)  # the text plus its template
+        shares[cap] = (first.parts, second.prompt_tokens / first.prompt_tokens)
+    assert shares[300][0] > shares[None][0]
+    assert shares[300][1] < shares[None][1]

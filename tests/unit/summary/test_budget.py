@@ -128,6 +128,16 @@ def test_overlap_is_capped_at_a_quarter_of_a_part(tokenizer: Any) -> None:
     assert make_budget(tokenizer, 512, max_summary_tokens=64, chunk_overlap_tokens=0).overlap_tokens == 0
 
 
+def test_max_part_tokens_caps_what_a_part_carries(tokenizer: Any) -> None:
+    budget = make_budget(tokenizer, 16384, max_part_tokens=4000)
+    assert budget.part_input_tokens == 4000
+    assert budget.as_dict()["part_input_tokens"] == 4000
+    # A cap above the room changes nothing.
+    assert make_budget(tokenizer, 4096, max_part_tokens=100_000).part_input_tokens == 3652
+    with pytest.raises(ValueError, match="max_part_tokens"):
+        SummaryConfig(max_part_tokens=100)
+
+
 # -- configurations that cannot work ---------------------------------------------------------------
 
 

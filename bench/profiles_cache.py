@@ -158,7 +158,10 @@ async def _pass(config: Any, docs: Sequence[Path], names: Sequence[str]) -> dict
         chosen = {doc.id: names[i % len(names)] for i, doc in enumerate(documents)}
         started = time.monotonic()
         summaries = await asyncio.gather(
-            *(summarizer.summarize(doc, profile=profiles.get(chosen[doc.id])) for doc in documents)
+            *(
+                summarizer.summarize(doc, summarizer.plan(profile=profiles.get(chosen[doc.id])))
+                for doc in documents
+            )
         )
         elapsed = time.monotonic() - started
     finally:

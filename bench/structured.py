@@ -160,7 +160,7 @@ async def _pass(config: Any, docs: Sequence[Path]) -> dict[str, Any]:
         async def one(document: Any) -> dict[str, Any]:
             profile = profiles.get(chosen[document.id])
             try:
-                summary = await summarizer.summarize(document, profile=profile)
+                summary = await summarizer.summarize(document, summarizer.plan(profile=profile))
             except DocumentError as exc:
                 return {
                     "id": document.id,

@@ -198,8 +198,8 @@ REASONS: Final[Mapping[Reason, ReasonInfo]] = {
     ),
     "invalid_options": ReasonInfo(
         "The document's options (sidecar or message field) are not valid JSON, have unknown fields or "
-        "bad values, name a profile the config does not have, or the sidecar is not a regular file or "
-        "is over 64 KiB.",
+        "bad values (a length the profile cannot give), name a profile the config does not have, or the "
+        "sidecar is not a regular file or is over 64 KiB. Decided before the document is read.",
         "Fix the options; the message names the field.",
         "input",
     ),

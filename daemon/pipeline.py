@@ -1,10 +1,13 @@
-"""One document's path: work item -> bytes -> document -> options and profile -> summary -> record ->
+"""One document's path: work item -> options -> plan -> bytes -> document -> summary -> record ->
 acknowledgement.
 
-:class:`DocumentPipeline` takes one :class:`~daemon.work.WorkItem` to exactly one settled outcome
-and applies the error policy of :mod:`daemon.errors` in one place:
+:class:`DocumentPipeline` takes one :class:`~daemon.work.WorkItem` to exactly one settled outcome.
+Its plan (:mod:`daemon.summary.plan`: profile, length, style, strategy, sampling) is made from its
+own options and its source's profile before its bytes are read, so a document whose options are
+bad fails unread, and it is made once. The pipeline applies the error policy of
+:mod:`daemon.errors` in one place:
 
-* a :class:`~daemon.errors.DocumentError` at any step (reading, decoding, options, summarizing)
+* a :class:`~daemon.errors.DocumentError` at any step (options, reading, decoding, summarizing)
   becomes the document's failure record; the input is acknowledged and the outcome is its reason;
 * any other exception on one document is a bug met on that document: logged with its traceback and
   recorded as ``internal_error``, so it can neither stop the stream nor crash-loop a restart;
@@ -96,6 +99,12 @@ class DocumentPipeline:
             profile: Profile | None = None
             try:
                 with tracing.receive_span(item.received_at):
+                    with tracing.span("plan"):
+                        raw_options = None if item.load_options is None else await item.load_options()
+                        options = parse_options(raw_options)
+                        # Chosen apart from the plan: a failure under a known profile counts under it.
+                        profile = self.summarizer.profiles.choose(options.profile, item.profile)
+                        plan = self.summarizer.plan(options, profile)
                     data = await item.load()
                 pending.resized(len(data))
                 with tracing.span("extract"):
@@ -107,12 +116,8 @@ class DocumentPipeline:
                         hint=item.format_hint,
                         room=room,
                     )
-                options = parse_options(None if item.load_options is None else await item.load_options())
-                profile = self.summarizer.profiles.choose(options.profile, item.profile)
                 queued_s = time.monotonic() - item.received_at
-                summary = await self.summarizer.summarize(
-                    document, options, profile=profile, arrived_at=item.received_at
-                )
+                summary = await self.summarizer.summarize(document, plan, arrived_at=item.received_at)
             except DocumentError as error:
                 return await self._record_failure(item, error, data, profile)
             except (EngineDeadError, SinkError, asyncio.CancelledError):

@@ -11,9 +11,10 @@ is summarized in one request. A longer one is, by ``summary.strategy``:
 * ``head`` / ``head_tail``: the start (and end) of the document in one request; the result says how
   many tokens were dropped.
 
-A document is summarized under one profile (:mod:`daemon.summary.profiles`), chosen before it comes
-here: the profile gives the wording of its prompts, its lengths, style and sampling, and its context
-budget. How long parts, part summaries and combine steps are is the budget's business
+A document is summarized as its plan says (:mod:`daemon.summary.plan`), made before its bytes were
+read: its profile (:mod:`daemon.summary.profiles`) gives the wording of its prompts, its lengths,
+style and sampling, and its context budget; its options may change the length, style and strategy.
+How long parts, part summaries and combine steps are is the budget's business
 (:mod:`daemon.summary.budget`), decided before the engine starts; this module only follows it.
 
 Every request goes through admission (:class:`~daemon.engine.admission.AdmissionControl`); combine
@@ -29,7 +30,6 @@ import functools
 import hashlib
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any, Final, TypeVar
 
 from daemon.cache import CachedSummary, CacheKey, SummaryCache
@@ -54,6 +54,7 @@ from daemon.summary.chunking import (
 from daemon.summary.evidence import Part, Step
 from daemon.summary.grounding import SourceIndex
 from daemon.summary.options import NO_OPTIONS, SummaryOptions
+from daemon.summary.plan import DocumentPlan, plan_summary
 from daemon.summary.profiles import Profile, Profiles
 from daemon.summary.prompts import PROMPT_VERSION, ChatTokenizer, PromptKind
 from daemon.summary.structured import RETRY_MIN_TEMPERATURE, Accepted, InvalidOutput
@@ -91,16 +92,6 @@ def _cut_head_tail(tokens: TokenizedText, room: int, gap_ids: list[int]) -> _Kep
 CUTS: Final[dict[Strategy, Cut]] = {"head": _cut_head, "head_tail": _cut_head_tail}
 """The strategies that send one request with part of a long document; every other strategy
 (``map_reduce``) summarizes it in stages."""
-
-
-@dataclass(frozen=True, slots=True)
-class _Plan:
-    """What one document asks for, after options and its profile's defaults."""
-
-    profile: Profile
-    max_tokens: int
-    style: Any
-    strategy: Strategy
 
 
 class _DocumentRun:
@@ -142,13 +133,11 @@ class _DocumentRun:
 
     # -- the summary cache -------------------------------------------------------------------------
 
-    def step(
-        self, kind: PromptKind, *, style: Any, max_tokens: int, sampling: Sampling | None = None
-    ) -> CacheStep:
+    def step(self, kind: PromptKind, *, style: Any, max_tokens: int, sampling: Sampling) -> CacheStep:
         """What a request of ``kind`` adds around its text, as cache keys hold it."""
         return CacheStep(
             template=self._profile.prompts.template_ids(kind, style=style, max_tokens=max_tokens),
-            sampling=sampling or self._profile.sampling(max_tokens),
+            sampling=sampling,
             prompt_version=PROMPT_VERSION,
             profile_version=self._profile.version,
         )
@@ -175,11 +164,12 @@ class _DocumentRun:
         requests: Sequence[tuple[CacheKey | None, list[int]]],
         *,
         max_tokens: int,
+        sampling: Sampling,
         urgent: bool = False,
     ) -> list[Generation]:
-        """The outputs of one level's requests (``(key, body_ids)`` each, in the ``prose`` style): taken
-        from the cache where it has them, else made by the engine concurrently and stored (unless cut
-        off at the length limit, unless greedy)."""
+        """The outputs of one level's requests (``(key, body_ids)`` each, in the ``prose`` style, sampled
+        as ``sampling``): taken from the cache where it has them, else made by the engine concurrently
+        and stored (unless cut off at the length limit under sampling)."""
         keys = [key for key, _ in requests]
         found: list[CachedSummary | None] = [None] * len(requests)
         if self.cache is not None:
@@ -189,7 +179,13 @@ class _DocumentRun:
         missing = [i for i, entry in enumerate(found) if entry is None]
         made = await _gather(
             self.generate(
-                kind, requests[i][1], style="prose", max_tokens=max_tokens, urgent=urgent, follow_up=True
+                kind,
+                requests[i][1],
+                style="prose",
+                max_tokens=max_tokens,
+                sampling=sampling,
+                urgent=urgent,
+                follow_up=True,
             )
             for i in missing
         )
@@ -241,7 +237,7 @@ class _DocumentRun:
         kind: PromptKind,
         body_ids: list[int],
         *,
-        plan: _Plan,
+        plan: DocumentPlan,
         parts: list[Part],
         tree: Step | None = None,
         urgent: bool = False,
@@ -304,7 +300,7 @@ class _DocumentRun:
         kind: PromptKind,
         body_ids: list[int],
         *,
-        plan: _Plan,
+        plan: DocumentPlan,
         urgent: bool = False,
         key: CacheKey | None = None,
         redraw: bool = False,
@@ -317,7 +313,7 @@ class _DocumentRun:
         try's output is stored unless it was refused, or cut off under sampling (a retry's never: it is
         another draw)."""
         output = plan.profile.output
-        base = plan.profile.sampling(plan.max_tokens)
+        base = plan.sampling
         if redraw:  # another draw (on_unsupported = "retry"): another seed where one is set, never greedy
             base = dataclasses.replace(
                 base,
@@ -402,13 +398,13 @@ class _DocumentRun:
         *,
         style: Any,
         max_tokens: int,
+        sampling: Sampling,
         urgent: bool = False,
         follow_up: bool = False,
-        sampling: Sampling | None = None,
     ) -> Generation:
-        """One request: ``body_ids`` in the ``kind`` template, at most ``max_tokens`` out, sampled as the
-        profile's requests are unless ``sampling`` is given; ``urgent`` and ``follow_up`` are
-        admission's (:meth:`~daemon.engine.admission.AdmissionControl.slot`)."""
+        """One request: ``body_ids`` in the ``kind`` template, at most ``max_tokens`` out, sampled as
+        ``sampling``; ``urgent`` and ``follow_up`` are admission's
+        (:meth:`~daemon.engine.admission.AdmissionControl.slot`)."""
         profile = self._profile
         prompt_ids = profile.prompts.build(kind, body_ids, style=style, max_tokens=max_tokens)
         if not profile.budget.fits(len(prompt_ids), max_tokens):  # a bug, never the document's fault
@@ -451,10 +447,10 @@ class _DocumentRun:
         max_tokens: int,
         urgent: bool,
         follow_up: bool,
-        sampling: Sampling | None,
+        sampling: Sampling,
     ) -> Generation:
         """One request through the document's fan-out and admission, then the engine."""
-        summarizer, profile = self._summarizer, self._profile
+        summarizer = self._summarizer
         waited_from = time.monotonic()
         async with (
             self._fan_out,
@@ -480,7 +476,7 @@ class _DocumentRun:
             try:
                 return await summarizer.engine.generate(
                     prompt_ids,
-                    sampling or profile.sampling(max_tokens),
+                    sampling,
                     engine_request_id,
                     on_prefilled=tracing.on_this_span(slot.prefill_done, "prefilled"),
                     priority=slot.priority,
@@ -492,7 +488,7 @@ class _DocumentRun:
         self,
         finished: tuple[Generation, Accepted, CheckResult],
         *,
-        plan: _Plan,
+        plan: DocumentPlan,
         strategy: str,
         parts: int,
         depth: int,
@@ -578,40 +574,25 @@ class Summarizer:
         """Token ids of ``text`` as content (special-token strings are plain text)."""
         return list(self.tokenizer.encode(text, add_special_tokens=False, split_special_tokens=True))  # type: ignore[call-arg]
 
-    def plan(self, options: SummaryOptions, profile: Profile | None = None) -> _Plan:
-        """The length, style and strategy for a document under ``profile`` (default: the default
-        profile); DocumentError ``invalid_options`` if impossible."""
-        profile = profile or self.profiles.default
-        max_tokens = options.max_summary_tokens or profile.budget.summary_tokens
-        style = profile.output.style(options.style or profile.summary.style)
-        profile.output.check_length(max_tokens)
-        profile.budget.check_summary(max_tokens, style)
-        return _Plan(
-            profile=profile,
-            max_tokens=max_tokens,
-            style=style,
-            strategy=options.strategy or profile.summary.strategy,
-        )
+    def plan(self, options: SummaryOptions = NO_OPTIONS, profile: Profile | None = None) -> DocumentPlan:
+        """The plan of a document with ``options`` under ``profile`` (default: the default profile;
+        the service chooses it with :meth:`~daemon.summary.profiles.Profiles.choose`);
+        DocumentError ``invalid_options`` if impossible (:func:`~daemon.summary.plan.plan_summary`)."""
+        return plan_summary(profile or self.profiles.default, options)
 
     async def summarize(
-        self,
-        document: Document,
-        options: SummaryOptions = NO_OPTIONS,
-        *,
-        profile: Profile | None = None,
-        arrived_at: float | None = None,
+        self, document: Document, plan: DocumentPlan | None = None, *, arrived_at: float | None = None
     ) -> Summary:
-        """Summarize ``document`` under ``profile`` (default: the default profile; see
-        :meth:`~daemon.summary.profiles.Profiles.choose`). Raises DocumentError for a document that cannot be
-        summarized.
+        """Summarize ``document`` as ``plan`` says (default: the default profile's, without options;
+        see :meth:`plan`). Raises DocumentError for a document that cannot be summarized.
 
         ``arrived_at`` (``time.monotonic()``) orders its requests in admission; defaults to now.
         """
-        plan = self.plan(options, profile)
+        plan = plan if plan is not None else self.plan()
         run = _DocumentRun(
             self, document, plan.profile, time.monotonic() if arrived_at is None else arrived_at
         )
-        document_key = await self._document_key(run, document, options, plan)
+        document_key = await self._document_key(run, document, plan)
         if document_key is not None and run.cache is not None:
             entry = await run.cache.get(document_key)
             if entry is not None and (summary := _reused_summary(entry.fields)) is not None:
@@ -627,7 +608,7 @@ class Summarizer:
         return summary
 
     async def _document_key(
-        self, run: _DocumentRun, document: Document, options: SummaryOptions, plan: _Plan
+        self, run: _DocumentRun, document: Document, plan: DocumentPlan
     ) -> CacheKey | None:
         """The whole-document key: the input's bytes, its extracted text, and every setting its summary
         depends on (None without a cache)."""
@@ -651,10 +632,10 @@ class Summarizer:
             "text_sha256": text_sha256,
         }
         return run.cache.keys.document(
-            bytes.fromhex(document.sha256), settings=settings, options=options.model_dump(mode="json")
+            bytes.fromhex(document.sha256), settings=settings, options=plan.options.model_dump(mode="json")
         )
 
-    async def _summarize(self, run: _DocumentRun, document: Document, plan: _Plan) -> Summary:
+    async def _summarize(self, run: _DocumentRun, document: Document, plan: DocumentPlan) -> Summary:
         room = plan.profile.budget.room(PromptKind.DOCUMENT, plan.style, plan.max_tokens)
         # Tokenizing a long document takes a while (about 0.6 s per MB): keep it off the event loop.
         # Only a document that does not fit one request is cut, so only its offsets are read.
@@ -708,7 +689,7 @@ class Summarizer:
         )
 
     @staticmethod
-    def _part_key(run: _DocumentRun, body_ids: list[int], plan: _Plan) -> CacheKey | None:
+    def _part_key(run: _DocumentRun, body_ids: list[int], plan: DocumentPlan) -> CacheKey | None:
         """The key of the one request that reads ``body_ids`` of the document (None without a cache)."""
         if run.cache is None:
             return None
@@ -716,11 +697,11 @@ class Summarizer:
             PromptKind.DOCUMENT,
             style=plan.style,
             max_tokens=plan.max_tokens,
-            sampling=plan.profile.output.sampling(plan.profile.sampling(plan.max_tokens), 0),
+            sampling=plan.final_sampling,
         )
         return run.cache.keys.part(body_ids, step)
 
-    async def _map_reduce(self, run: _DocumentRun, tokens: TokenizedText, plan: _Plan) -> Summary:
+    async def _map_reduce(self, run: _DocumentRun, tokens: TokenizedText, plan: DocumentPlan) -> Summary:
         budget = plan.profile.budget
         part_tokens = budget.part_summary_tokens
         # max_chunks: a document whose token count alone needs too many parts is refused before
@@ -741,7 +722,14 @@ class Summarizer:
                 f"the document needs {len(chunks)} parts of up to {budget.part_input_tokens} tokens "
                 f"({len(tokens)} tokens); summary.max_parts is {self.config.max_parts}",
             )
-        part_step = run.step(PromptKind.PART, style="prose", max_tokens=part_tokens)
+        # Part and intermediate combine summaries have lengths of their own (the budget's), so each
+        # level samples as the profile does at its length; the plan holds only the final step's.
+        part_step = run.step(
+            PromptKind.PART,
+            style="prose",
+            max_tokens=part_tokens,
+            sampling=plan.profile.sampling(part_tokens),
+        )
         keys: list[CacheKey | None] = [None] * len(chunks)
         if run.cache is not None:  # hashing every part's ids takes a while: off the event loop
             key_maker = run.cache.keys
@@ -754,6 +742,7 @@ class Summarizer:
             PromptKind.PART,
             [(key, chunk.token_ids) for key, chunk in zip(keys, chunks, strict=True)],
             max_tokens=part_tokens,
+            sampling=part_step.sampling,
         )
         spans = [(chunk.char_start, chunk.char_end) for chunk in chunks]
         labels = [_label(i, _where(run.source(i, span))) for i, span in enumerate(spans, 1)]
@@ -764,7 +753,12 @@ class Summarizer:
         ]
         combining = budget.combining(plan.style, plan.max_tokens)
         step_tokens = combining.step_tokens
-        combine_step = run.step(PromptKind.COMBINE, style="prose", max_tokens=step_tokens)
+        combine_step = run.step(
+            PromptKind.COMBINE,
+            style="prose",
+            max_tokens=step_tokens,
+            sampling=plan.profile.sampling(step_tokens),
+        )
         depth = 2
         wanted_opening = plan.profile.summary.opening_tokens
         # The opening's room is kept free of notes (at most half the final request's, which still holds
@@ -782,7 +776,13 @@ class Summarizer:
                 )
                 for group in groups
             ]
-            generations = await run.outputs(PromptKind.COMBINE, requests, max_tokens=step_tokens, urgent=True)
+            generations = await run.outputs(
+                PromptKind.COMBINE,
+                requests,
+                max_tokens=step_tokens,
+                sampling=combine_step.sampling,
+                urgent=True,
+            )
             keys = [key for key, _ in requests]
             labels = [_label(i) for i in range(1, len(generations) + 1)]
             entries = [
@@ -799,7 +799,7 @@ class Summarizer:
                 PromptKind.COMBINE,
                 style=plan.style,
                 max_tokens=plan.max_tokens,
-                sampling=plan.profile.output.sampling(plan.profile.sampling(plan.max_tokens), 0),
+                sampling=plan.final_sampling,
             )
             final_key = _combine_key(run, keys, labels, final_step, verbatim=opening)
         # The opening is the start of part 1: evidence reaches part 1 through it.

@@ -18,6 +18,7 @@ from daemon.summary.grounding import Kind
 from daemon.summary.profiles import build_profiles
 from daemon.summary.prompts import PromptKind
 from daemon.summary.summarizer import Summarizer
+from daemon.work import WorkItem
 from tests.doubles.engine import FakeEngine
 from tests.doubles.work import Acks
 
@@ -87,8 +88,69 @@ async def test_a_refused_document_is_failed_with_its_reason(
     assert await pipeline.process(acks.item("b.txt", data, options)) == reason
     record = acks.failed["b.txt"]
     assert record["reason"] == reason
-    assert record["input_bytes"] == (len(data) if isinstance(data, bytes) else None)
+    # Options are read and planned before the bytes: a document failed by them was never read.
+    read = data if isinstance(data, bytes) and options is None else None
+    assert record["input_bytes"] == (None if read is None else len(read))
+    assert (record["sha256"] is None) == (read is None)
     assert not acks.completed
+
+
+class Steps:
+    """A work item's loads, in order: ``options`` and ``bytes``."""
+
+    def __init__(self, item: WorkItem) -> None:
+        self.calls: list[str] = []
+        load, load_options = item.load, item.load_options
+        assert load_options is not None
+
+        async def recorded_load() -> bytes:
+            self.calls.append("bytes")
+            return await load()
+
+        async def recorded_options() -> Any:
+            self.calls.append("options")
+            return await load_options()
+
+        item.load, item.load_options = recorded_load, recorded_options
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"style": "haiku"}, "style"),
+        ({"profile": "poem"}, "unknown profile 'poem'"),
+        ({"max_summary_tokens": 4096}, "over half the context"),  # the context is 1024 tokens
+    ],
+)
+async def test_a_document_whose_options_cannot_be_planned_fails_unread(
+    pipeline: DocumentPipeline,
+    engine: FakeEngine,
+    acks: Acks,
+    options: Any,
+    message: str,
+) -> None:
+    item = acks.item("unread.txt", options=options)
+    steps = Steps(item)
+    assert await pipeline.process(item) == "invalid_options"
+    assert steps.calls == ["options"]
+    failure = acks.failed["unread.txt"]
+    assert failure["reason"] == "invalid_options"
+    assert message in failure["message"]
+    assert (failure["sha256"], failure["input_bytes"]) == (None, None)
+    assert engine.calls == []
+
+
+async def test_options_are_read_once_and_before_the_bytes(
+    pipeline: DocumentPipeline, engine: FakeEngine, acks: Acks
+) -> None:
+    item = acks.item("planned.txt", options={"style": "bullets", "max_summary_tokens": 20})
+    steps = Steps(item)
+    assert await pipeline.process(item) == OK
+    assert steps.calls == ["options", "bytes"]
+    record = acks.completed["planned.txt"]
+    assert (record["style"], record["max_summary_tokens"]) == ("bullets", 20)
+    (call,) = engine.calls
+    assert call.max_tokens == 20
 
 
 async def test_an_engine_request_error_fails_only_that_document(
@@ -243,6 +305,24 @@ async def test_an_unknown_profile_fails_the_document_with_invalid_options(
     assert _documents("lively", "invalid_options") == before + 1
     labels = {s.labels["profile"] for m in PROFILE_DOCUMENTS.collect() for s in m.samples}
     assert "poem" not in labels
+
+
+@pytest.mark.parametrize(
+    ("options", "label"),
+    [
+        ({"max_summary_tokens": 4096}, "lively"),  # the source's profile, chosen: its length is refused
+        ({"profile": "brief", "max_summary_tokens": 4096}, "brief"),  # its own choice
+        ({"profile": "poem"}, "lively"),  # no profile of the config's: the source's
+    ],
+)
+async def test_a_document_failed_by_its_options_counts_under_the_profile_it_got(
+    pipeline: DocumentPipeline, acks: Acks, options: Any, label: str
+) -> None:
+    before = _documents(label, "invalid_options")
+    assert (
+        await pipeline.process(acks.item("long.txt", options=options, profile="lively")) == "invalid_options"
+    )
+    assert _documents(label, "invalid_options") == before + 1
 
 
 async def test_a_document_cannot_bring_its_own_instruction(pipeline: DocumentPipeline, acks: Acks) -> None:

@@ -158,7 +158,7 @@ async def test_a_single_request_document_is_reused_by_its_part_key_under_a_new_o
     first = await summarizer.summarize(document)
     assert (first.strategy, first.requests) == ("single", 1)
     # Another strategy option changes the document's key, not the request's: the request is reused.
-    second = await summarizer.summarize(document, SummaryOptions(strategy="head"))
+    second = await summarizer.summarize(document, summarizer.plan(SummaryOptions(strategy="head")))
     assert len(engine.calls) == 1
     assert not second.reused_document
     assert second.reused_requests == second.reused_parts == 1
@@ -237,6 +237,39 @@ async def test_a_store_damaged_while_running_degrades_to_misses(
         await cache.stop()
 
 
+@pytest.mark.parametrize("name", ["default", "record"])
+async def test_the_final_requests_key_holds_the_profiles_sampling_at_the_plans_length(
+    tmp_path: Path, tokenizer: Any, cache: SummaryCache, name: str
+) -> None:
+    """The key of a one-request summary, made the way it was before the plan held its sampling: the
+    profile's sampling at the summary's length, as the output format asks for its first draw (a
+    schema's included). Keys made otherwise would miss every summary stored before."""
+    import json
+
+    from daemon.cache import Step
+    from daemon.summary.chunking import tokenize_text
+    from daemon.summary.options import SummaryOptions
+    from daemon.summary.prompts import PROMPT_VERSION, PromptKind
+    from tests.unit.summary.test_structured import VALID
+    from tests.unit.summary.test_structured import _summarizer as structured_summarizer
+
+    summarizer = structured_summarizer(tmp_path, tokenizer, FakeEngine(text=json.dumps(VALID)))
+    summarizer.cache = cache
+    profile = summarizer.profiles.get(name)
+    text = "A short licence between two parties."
+    plan = summarizer.plan(SummaryOptions(max_summary_tokens=150), profile)
+    await summarizer.summarize(make_document(text), plan)
+    step = Step(
+        template=profile.prompts.template_ids(PromptKind.DOCUMENT, style=plan.style, max_tokens=150),
+        sampling=profile.output.sampling(profile.sampling(150), 0),
+        prompt_version=PROMPT_VERSION,
+        profile_version=profile.version,
+    )
+    stored = await cache.get(cache.keys.part(tokenize_text(tokenizer, text).ids, step))
+    assert stored is not None
+    assert stored.text == json.dumps(VALID)
+
+
 async def test_a_structured_retry_is_not_stored_and_a_valid_first_output_is(
     tmp_path: Path, tokenizer: Any, cache: SummaryCache
 ) -> None:
@@ -251,13 +284,15 @@ async def test_a_structured_retry_is_not_stored_and_a_valid_first_output_is(
     summarizer.cache = cache
     record = summarizer.profiles.get("record")
     document = make_document("A short licence.")
-    first = await summarizer.summarize(document, profile=record)
+    first = await summarizer.summarize(document, summarizer.plan(profile=record))
     assert first.structured == VALID
     assert len(engine.calls) == 2
-    again = await summarizer.summarize(document, profile=record)  # nothing stored: made anew
+    again = await summarizer.summarize(document, summarizer.plan(profile=record))  # nothing stored: made anew
     assert len(engine.calls) == 3
     assert again.reused_requests == 0
-    third = await summarizer.summarize(document, profile=record)  # the valid first try was stored
+    third = await summarizer.summarize(
+        document, summarizer.plan(profile=record)
+    )  # the valid first try was stored
     assert len(engine.calls) == 3
     assert third.reused_document
     assert third.structured == VALID

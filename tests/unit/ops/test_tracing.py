@@ -117,6 +117,9 @@ async def test_every_document_is_one_trace_with_its_steps_and_requests(
             assert _parent_id(step) == _span_id(document), name
         starts = [_named(trace, name)[0].start_time or 0 for name in steps]
         assert starts == sorted(starts)
+        # The plan is made while the document is received, before its bytes are read.
+        (plan,) = _named(trace, "plan")
+        assert _parent_id(plan) == _span_id(_named(trace, "receive")[0])
         requests = [span for span in trace if span.name.startswith("request ")]
         assert all(_parent_id(span) == _span_id(document) for span in requests)
         calls = [call for call in engine.calls if call.doc_id == doc_id]

@@ -394,7 +394,7 @@ async def test_a_valid_first_output_is_the_summary_and_its_object(tmp_path: Path
     summarizer = _summarizer(tmp_path, tokenizer, engine)
     before = _count("valid")
     summary = await summarizer.summarize(
-        make_document("A short licence."), profile=summarizer.profiles.get("record")
+        make_document("A short licence."), summarizer.plan(profile=summarizer.profiles.get("record"))
     )
     assert summary.structured == VALID
     assert summary.text == json.dumps(VALID)
@@ -419,7 +419,7 @@ async def test_an_invalid_or_cut_off_output_is_retried_once_with_a_new_draw(
     summarizer = _summarizer(tmp_path, tokenizer, engine)
     before = _count("retried")
     summary = await summarizer.summarize(
-        make_document("A licence."), profile=summarizer.profiles.get("record")
+        make_document("A licence."), summarizer.plan(profile=summarizer.profiles.get("record"))
     )
     assert summary.structured == VALID
     first_call, retry = engine.calls
@@ -440,7 +440,9 @@ async def test_two_invalid_outputs_fail_the_document_as_invalid_output_keeping_t
     summarizer = _summarizer(tmp_path, tokenizer, engine)
     before = _count("invalid")
     with pytest.raises(DocumentError) as caught:
-        await summarizer.summarize(make_document("A licence."), profile=summarizer.profiles.get("record"))
+        await summarizer.summarize(
+            make_document("A licence."), summarizer.plan(profile=summarizer.profiles.get("record"))
+        )
     error = caught.value
     assert error.reason == "invalid_output"
     assert "try 1: not valid against the schema" in error.message
@@ -461,7 +463,7 @@ async def test_only_the_final_combine_of_a_staged_document_is_constrained(
     engine = FakeEngine(text=json.dumps(VALID))
     summarizer = _summarizer(tmp_path, tokenizer, engine, context=1024)
     summary = await summarizer.summarize(
-        make_document(long_text(120)), profile=summarizer.profiles.get("record")
+        make_document(long_text(120)), summarizer.plan(profile=summarizer.profiles.get("record"))
     )
     assert summary.strategy == "map_reduce"
     assert summary.structured == VALID
@@ -478,8 +480,7 @@ async def test_a_length_option_too_short_for_the_schema_is_invalid_options(
     with pytest.raises(DocumentError) as caught:
         await summarizer.summarize(
             make_document("A licence."),
-            SummaryOptions(max_summary_tokens=16),
-            profile=summarizer.profiles.get("record"),
+            summarizer.plan(SummaryOptions(max_summary_tokens=16), summarizer.profiles.get("record")),
         )
     assert caught.value.reason == "invalid_options"
 
@@ -487,7 +488,7 @@ async def test_a_length_option_too_short_for_the_schema_is_invalid_options(
 async def test_the_result_record_carries_structured_beside_summary(tmp_path: Path, tokenizer: Any) -> None:
     summarizer = _summarizer(tmp_path, tokenizer, FakeEngine(text=json.dumps(VALID)))
     document = make_document("A licence.")
-    summary = await summarizer.summarize(document, profile=summarizer.profiles.get("record"))
+    summary = await summarizer.summarize(document, summarizer.plan(profile=summarizer.profiles.get("record")))
     record = result_record(document, summary, model="m", queued_s=0.0, total_s=1.0)
     assert record["structured"] == VALID
     assert record["summary"] == json.dumps(VALID)

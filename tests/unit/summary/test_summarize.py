@@ -336,7 +336,9 @@ async def test_truncating_strategy_does_not_truncate_a_document_that_fits(tokeni
 async def test_options_strategy_overrides_the_configured_one(tokenizer: Any) -> None:
     engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=512)
-    summary = await summarizer.summarize(make_document(long_text(60)), SummaryOptions(strategy="head"))
+    summary = await summarizer.summarize(
+        make_document(long_text(60)), summarizer.plan(SummaryOptions(strategy="head"))
+    )
     assert (summary.strategy, summary.requests, summary.truncated) == ("head", 1, True)
 
 
@@ -347,7 +349,7 @@ async def test_options_set_the_final_length_and_style(tokenizer: Any) -> None:
     engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=1024)
     options = SummaryOptions(max_summary_tokens=100, style="bullets")
-    summary = await summarizer.summarize(make_document(long_text(60)), options)
+    summary = await summarizer.summarize(make_document(long_text(60)), summarizer.plan(options))
 
     assert_every_request_fits(engine, 1024)
     final = engine.calls[-1]
@@ -367,7 +369,8 @@ async def test_options_on_a_single_request_document(tokenizer: Any) -> None:
     engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine)
     summary = await summarizer.summarize(
-        make_document("A short notice."), SummaryOptions(max_summary_tokens=200, style="bullets")
+        make_document("A short notice."),
+        summarizer.plan(SummaryOptions(max_summary_tokens=200, style="bullets")),
     )
     (call,) = engine.calls
     assert call.max_tokens == 200
@@ -384,12 +387,14 @@ async def test_options_asking_for_over_half_the_context_are_invalid(tokenizer: A
     engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=1024)
     with pytest.raises(DocumentError) as caught:
-        await summarizer.summarize(make_document("A short notice."), SummaryOptions(max_summary_tokens=513))
+        await summarizer.summarize(
+            make_document("A short notice."), summarizer.plan(SummaryOptions(max_summary_tokens=513))
+        )
     assert caught.value.reason == "invalid_options"
     assert "513" in caught.value.message
     assert engine.calls == []
     summary = await summarizer.summarize(
-        make_document("A short notice."), SummaryOptions(max_summary_tokens=512)
+        make_document("A short notice."), summarizer.plan(SummaryOptions(max_summary_tokens=512))
     )
     assert summary.max_summary_tokens == 512
 
@@ -414,7 +419,7 @@ async def test_long_summary_in_a_small_context_still_combines(
     # fails the document with internal_error.
     engine = replying_engine(repeats=40)  # the model uses its whole part budget (120 tokens, cut to 85)
     summarizer = make_summarizer(tokenizer, engine, max_model_len=520, **config)
-    summary = await summarizer.summarize(make_document(long_text(40)), options)
+    summary = await summarizer.summarize(make_document(long_text(40)), summarizer.plan(options))
     assert summary.dropped_tokens == 0
     assert_every_request_fits(engine, 520)
 
@@ -503,7 +508,7 @@ async def test_fan_out_bound_is_per_document(tokenizer: Any) -> None:
 async def test_every_prompt_starts_with_the_same_system_prefix(tokenizer: Any) -> None:
     engine = replying_engine()
     summarizer = make_summarizer(tokenizer, engine, max_model_len=512)
-    await summarizer.summarize(make_document(long_text(80)), SummaryOptions(style="bullets"))
+    await summarizer.summarize(make_document(long_text(80)), summarizer.plan(SummaryOptions(style="bullets")))
     await summarizer.summarize(make_document("A short notice.", "short.txt"))
     assert {call.kind for call in engine.calls} == {"part", "combine", "document"}
     system = tokenizer.encode(
@@ -584,7 +589,7 @@ async def test_a_staged_summary_runs_every_request_under_its_profile(tokenizer: 
     summarizer = Summarizer(engine, tokenizer, config.summary, profiles=profiles, admission=make_admission())
     brief = profiles.get("brief")
 
-    summary = await summarizer.summarize(make_document(long_text(80)), profile=brief)
+    summary = await summarizer.summarize(make_document(long_text(80)), summarizer.plan(profile=brief))
 
     assert_every_request_fits(engine, 512)
     assert (summary.profile, summary.profile_version) == ("brief", brief.version)
@@ -615,8 +620,7 @@ async def test_document_options_override_the_profiles_defaults(tokenizer: Any) -
     summarizer = Summarizer(engine, tokenizer, config.summary, profiles=profiles, admission=make_admission())
     summary = await summarizer.summarize(
         make_document("A short notice."),
-        SummaryOptions(style="prose", max_summary_tokens=32),
-        profile=profiles.get("brief"),
+        summarizer.plan(SummaryOptions(style="prose", max_summary_tokens=32), profiles.get("brief")),
     )
     assert (summary.profile, summary.style, summary.max_summary_tokens) == ("brief", "prose", 32)
 
@@ -762,7 +766,9 @@ def checking_summarizer(tokenizer: Any, engine: FakeEngine, on_unsupported: str)
 async def test_every_summary_carries_its_checks_and_evidence_and_flag_keeps_it(tokenizer: Any) -> None:
     engine = FakeEngine(text="Acme Holdings must give 60 days notice.")
     summarizer = checking_summarizer(tokenizer, engine, "flag")
-    summary = await summarizer.summarize(make_document(NOTICE), profile=summarizer.profiles.get("strict"))
+    summary = await summarizer.summarize(
+        make_document(NOTICE), summarizer.plan(profile=summarizer.profiles.get("strict"))
+    )
 
     assert summary.text == "Acme Holdings must give 60 days notice."
     assert summary.checks is not None
@@ -784,7 +790,9 @@ async def test_retry_draws_the_final_step_again_and_keeps_the_better_summary(tok
     engine = FakeEngine()
     engine.replies = [("Notice is 60 days.", "stop"), ("Notice is 30 days.", "stop")]
     summarizer = checking_summarizer(tokenizer, engine, "retry")
-    summary = await summarizer.summarize(make_document(NOTICE), profile=summarizer.profiles.get("strict"))
+    summary = await summarizer.summarize(
+        make_document(NOTICE), summarizer.plan(profile=summarizer.profiles.get("strict"))
+    )
 
     assert summary.text == "Notice is 30 days."
     assert summary.checks is not None
@@ -800,7 +808,9 @@ async def test_retry_keeps_the_first_summary_when_the_second_is_no_better(tokeni
     engine = FakeEngine()
     engine.replies = [("Notice is 60 days.", "stop"), ("Notice is 61 days, paid by Globex.", "stop")]
     summarizer = checking_summarizer(tokenizer, engine, "retry")
-    summary = await summarizer.summarize(make_document(NOTICE), profile=summarizer.profiles.get("strict"))
+    summary = await summarizer.summarize(
+        make_document(NOTICE), summarizer.plan(profile=summarizer.profiles.get("strict"))
+    )
     assert summary.text == "Notice is 60 days."
     assert summary.checks is not None
     assert summary.checks["retried"] is True
@@ -810,7 +820,9 @@ async def test_retry_keeps_the_first_summary_when_the_second_is_no_better(tokeni
 async def test_retry_is_not_drawn_for_a_summary_without_unsupported_items(tokenizer: Any) -> None:
     engine = FakeEngine(text="Notice is 30 days.")
     summarizer = checking_summarizer(tokenizer, engine, "retry")
-    summary = await summarizer.summarize(make_document(NOTICE), profile=summarizer.profiles.get("strict"))
+    summary = await summarizer.summarize(
+        make_document(NOTICE), summarizer.plan(profile=summarizer.profiles.get("strict"))
+    )
     assert summary.checks is not None
     assert summary.checks["retried"] is False
     assert summary.requests == 1
@@ -820,7 +832,9 @@ async def test_fail_raises_unsupported_claims_with_the_summary_checks_and_eviden
     engine = FakeEngine(text="Notice is 60 days, says Globex.")
     summarizer = checking_summarizer(tokenizer, engine, "fail")
     with pytest.raises(DocumentError) as raised:
-        await summarizer.summarize(make_document(NOTICE), profile=summarizer.profiles.get("strict"))
+        await summarizer.summarize(
+            make_document(NOTICE), summarizer.plan(profile=summarizer.profiles.get("strict"))
+        )
     error = raised.value
     assert error.reason == "unsupported_claims"
     assert "duration '60 days'" in error.message
@@ -830,7 +844,9 @@ async def test_fail_raises_unsupported_claims_with_the_summary_checks_and_eviden
     assert error.fields["evidence"][0]["text"] == "Notice is 60 days, says Globex."
     # A supported summary passes under the same profile.
     engine.text = "Notice is 30 days."
-    summary = await summarizer.summarize(make_document(NOTICE), profile=summarizer.profiles.get("strict"))
+    summary = await summarizer.summarize(
+        make_document(NOTICE), summarizer.plan(profile=summarizer.profiles.get("strict"))
+    )
     assert summary.checks is not None
     assert summary.checks["counts"]["unsupported"] == 0
 
@@ -907,8 +923,10 @@ async def test_each_checked_summary_is_counted_by_profile_and_kind(tokenizer: An
     ]
     summarizer = checking_summarizer(tokenizer, engine, "retry")
     profile = summarizer.profiles.get("strict")
-    await summarizer.summarize(make_document(NOTICE), profile=profile)  # 60, retried: 61, kept 60
-    await summarizer.summarize(make_document(NOTICE), profile=profile)  # 30: supported
+    await summarizer.summarize(
+        make_document(NOTICE), summarizer.plan(profile=profile)
+    )  # 60, retried: 61, kept 60
+    await summarizer.summarize(make_document(NOTICE), summarizer.plan(profile=profile))  # 30: supported
 
     assert value("docsumd_grounding_checked_summaries_total") - before["checked"] == 2
     assert value("docsumd_grounding_flagged_summaries_total") - before["flagged"] == 1

@@ -622,7 +622,7 @@ class Summarizer:
             "profile": profile.name,
             "profile_version": profile.version,
             "prompt_version": PROMPT_VERSION,
-            "summary": profile.summary.model_dump(mode="json"),
+            "summary": _summary_settings(profile.summary),
             "budget": profile.budget.as_dict(),
             "max_tokens": plan.max_tokens,
             "style": plan.style,
@@ -849,6 +849,20 @@ class Summarizer:
 
 _NAMED_ITEMS: Final = 5
 """An ``unsupported_claims`` failure's message names this many items (the record lists them all)."""
+
+
+_HELD_WHEN_SET: Final = ("max_part_tokens",)
+"""[summary] keys added after whole-document keys were: a key holds them only when they are set, so
+that adding a key keeps every entry stored before."""
+
+
+def _summary_settings(summary: SummaryConfig) -> dict[str, Any]:
+    """The ``[summary]`` settings a whole-document key holds."""
+    settings = summary.model_dump(mode="json")
+    for key in _HELD_WHEN_SET:
+        if settings.get(key) is None:
+            settings.pop(key, None)
+    return settings
 
 
 def _combined(steps: list[Step], sizes: list[int], generations: list[Generation]) -> list[Step]:

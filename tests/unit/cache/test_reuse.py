@@ -116,12 +116,17 @@ def _not_reusing(summarizer: Summarizer) -> Any:
     return Profiles([profile], profile.name)
 
 
+def cut_off(tokenizer: Any, cache: SummaryCache, temperature: float) -> tuple[FakeEngine, Summarizer]:
+    """A summarizer at ``temperature`` whose engine cuts every output off at its length limit."""
+    engine = replying_engine()
+    engine.replies = [("cut off", "length")] * 1000
+    return engine, cached(tokenizer, engine, cache, temperature=temperature)
+
+
 async def test_an_output_cut_off_at_the_length_limit_is_not_stored_under_sampling(
     tokenizer: Any, cache: SummaryCache
 ) -> None:
-    engine = replying_engine()
-    engine.replies = [("cut off", "length")] * 1000
-    summarizer = cached(tokenizer, engine, cache, temperature=0.3)
+    engine, summarizer = cut_off(tokenizer, cache, 0.3)
     text = long_text(60)
     first = await summarizer.summarize(make_document(text))
     assert first.finish_reason == "length"
@@ -132,9 +137,7 @@ async def test_an_output_cut_off_at_the_length_limit_is_not_stored_under_samplin
 async def test_an_output_cut_off_at_the_length_limit_is_stored_when_greedy(
     tokenizer: Any, cache: SummaryCache
 ) -> None:
-    engine = replying_engine()
-    engine.replies = [("cut off", "length")] * 1000
-    summarizer = cached(tokenizer, engine, cache, temperature=0.0)
+    engine, summarizer = cut_off(tokenizer, cache, 0.0)
     text = long_text(60)
     first = await summarizer.summarize(make_document(text))
     assert first.finish_reason == "length"

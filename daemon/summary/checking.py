@@ -35,7 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from daemon.document.types import Layout
-from daemon.summary.evidence import Part, SentenceEvidence, Step, link_evidence, parts_of_text
+from daemon.summary.evidence import Part, SentenceEvidence, Step, link_evidence, part_at, parts_of_text
 from daemon.summary.grounding import Checks, Item, SourceIndex, check_summary
 from daemon.summary.sentences import split_sentences
 
@@ -174,24 +174,10 @@ def passages(text: str, layout: Layout, spans: Sequence[tuple[int, int]]) -> lis
     for number, (start, end) in enumerate(spans, 1):
         for piece in parts_of_text(text[start:end]):
             a, b = piece.chars[0] + start, piece.chars[1] + start
-            found.append(_part(text, layout, len(found) + 1, (a, b), source=number))
+            found.append(part_at(text, layout, len(found) + 1, (a, b), source=number))
     return found
 
 
 def chunk_parts(text: str, layout: Layout, spans: Sequence[tuple[int, int]]) -> list[Part]:
     """The parts of a staged summary, one per span (``sources[]`` entry), numbered from 1."""
-    return [_part(text, layout, number, span) for number, span in enumerate(spans, 1)]
-
-
-def _part(text: str, layout: Layout, number: int, span: tuple[int, int], source: int | None = None) -> Part:
-    start, end = span
-    where = layout.source_of(start, end)
-    pages = where.get("pages")
-    return Part(
-        id=number,
-        text=text[start:end],
-        chars=(start, end),
-        pages=(pages[0], pages[1]) if pages else None,
-        section=tuple(where.get("section") or ()),
-        source=source,
-    )
+    return [part_at(text, layout, number, span) for number, span in enumerate(spans, 1)]

@@ -310,7 +310,7 @@ def parts_of_text(text: str, layout: Layout = NO_LAYOUT, *, target_chars: int = 
         current = (start, end) if current is None else (current[0], end)
     if current is not None:
         spans.append(current)
-    return [_part(text, layout, number, span) for number, span in enumerate(spans, 1)]
+    return [part_at(text, layout, number, span) for number, span in enumerate(spans, 1)]
 
 
 def _units(text: str) -> list[tuple[int, int, bool]]:
@@ -353,7 +353,9 @@ def _cut_long(text: str, start: int, end: int, target_chars: int) -> list[tuple[
     return spans
 
 
-def _part(text: str, layout: Layout, number: int, span: tuple[int, int]) -> Part:
+def part_at(text: str, layout: Layout, number: int, span: tuple[int, int], source: int | None = None) -> Part:
+    """Part ``number`` of ``text``: the characters of ``span``, with the pages and section ``layout``
+    gives them; ``source``: the ``sources[]`` entry it lies in, where that is another numbering."""
     start, end = span
     where = layout.source_of(start, end)
     pages = where.get("pages")
@@ -363,4 +365,5 @@ def _part(text: str, layout: Layout, number: int, span: tuple[int, int]) -> Part
         chars=(start, end),
         pages=(pages[0], pages[1]) if pages else None,
         section=tuple(where.get("section") or ()),
+        source=source,
     )

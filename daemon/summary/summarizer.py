@@ -148,15 +148,7 @@ class _DocumentRun:
         self.reused_parts += part
         self.reused_prompt_tokens += entry.prompt_tokens
         self.reused_generated_tokens += entry.generated_tokens
-        return Generation(
-            text=entry.text,
-            prompt_tokens=entry.prompt_tokens,
-            output_tokens=entry.generated_tokens,
-            cached_prompt_tokens=0,
-            finish_reason=entry.finish_reason,
-            first_token_s=None,
-            total_s=0.0,
-        )
+        return _cached_generation(entry)
 
     async def outputs(
         self,
@@ -364,15 +356,7 @@ class _DocumentRun:
     ) -> tuple[Generation, Accepted] | None:
         """A cached final output as the profile's format accepts it, or None (then it is made anew);
         ``whole``: the request read the document itself (its one part), not part summaries."""
-        generation = Generation(
-            text=entry.text,
-            prompt_tokens=entry.prompt_tokens,
-            output_tokens=entry.generated_tokens,
-            cached_prompt_tokens=0,
-            finish_reason=entry.finish_reason,
-            first_token_s=None,
-            total_s=0.0,
-        )
+        generation = _cached_generation(entry)
         try:
             if output.schema is None:
                 accepted = output.accept(generation, tidy)
@@ -380,7 +364,8 @@ class _DocumentRun:
                 accepted = await asyncio.to_thread(output.accept, generation, tidy)
         except InvalidOutput:
             return None
-        return self.reuse(entry, part=whole), accepted
+        self.reuse(entry, part=whole)
+        return generation, accepted
 
     def _observe(self, output: Any, attempt: int | None, started: float) -> None:
         """Count a structured final step: valid at ``attempt`` (0 first, 1 the retry) or invalid (None)."""
@@ -849,6 +834,19 @@ class Summarizer:
 
 _NAMED_ITEMS: Final = 5
 """An ``unsupported_claims`` failure's message names this many items (the record lists them all)."""
+
+
+def _cached_generation(entry: CachedSummary) -> Generation:
+    """A cached output as the engine's answer: no engine time, nothing from vLLM's prefix cache."""
+    return Generation(
+        text=entry.text,
+        prompt_tokens=entry.prompt_tokens,
+        output_tokens=entry.generated_tokens,
+        cached_prompt_tokens=0,
+        finish_reason=entry.finish_reason,
+        first_token_s=None,
+        total_s=0.0,
+    )
 
 
 _HELD_WHEN_SET: Final = ("max_part_tokens",)

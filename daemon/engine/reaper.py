@@ -297,6 +297,29 @@ class Processes:
                 killed.add(pid)
         return killed
 
+    def with_descendants(self) -> Processes:
+        """These and every living process below them now: a child one of them started after they
+        were recorded (a fork that never exec'd keeps its parent's name) dies with them."""
+        pids = self.alive()
+        for pid in list(pids):
+            pids |= descendants(pid)
+        return Processes(pids)
+
+    def describe(self, pids: set[int]) -> list[str]:
+        """``pid:name:state:wchan`` of each of ``pids`` still running, for a log line."""
+        described = []
+        for pid in sorted(pids & self.alive()):
+            proc = Path(f"/proc/{pid}")
+            fields = []
+            for name in ("comm", "wchan"):
+                try:
+                    fields.append((proc / name).read_text().strip() or "-")
+                except OSError:
+                    fields.append("?")
+            state = (_stat_fields(proc / "stat") or ["?"])[0]
+            described.append(f"{pid}:{fields[0]}:{state}:{fields[1]}")
+        return described
+
 
 def started_since(before: set[int]) -> Processes:
     """This process's descendants that are not in ``before``, less multiprocessing's resource

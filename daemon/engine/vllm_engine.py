@@ -75,6 +75,9 @@ WARM_UP_REQUEST_ID = "docsumd-warm-up"
 ABANDON_START_SECONDS = 30.0
 STOP_PROCESSES_SECONDS = 10.0
 """How long a stop waits for the engine's processes to exit after vLLM's shutdown, before killing them."""
+KILLED_EXIT_SECONDS = 20.0
+"""How long a stop waits for killed engine processes to be gone (a process frees its memory as it
+exits, slowly on a loaded host) before it logs them as left behind."""
 """How long a cancelled start may take to end its build thread (it ends seconds after its processes
 are killed; a build still in vLLM's front-end set-up ends when that does)."""
 
@@ -299,6 +302,9 @@ class Engine(Lifecycle):
         # service stops the engine after its drain), so cancel the handler first; the filter is the
         # safety net for other vLLM versions.
         await _cancel_output_handler(llm)
+        # Taken while the tree is whole: a process that one of them started since the start and
+        # that outlives the shutdown is re-parented away from it, out of reach of a later walk.
+        processes = self._processes.with_descendants()
         with _deliberate_shutdown_logged_as_info():
             await asyncio.to_thread(llm.shutdown)
         # AsyncLLM.__del__ calls shutdown() again; if the object lives on until interpreter teardown
@@ -311,28 +317,9 @@ class Engine(Lifecycle):
         self._llm = None
         gc.unfreeze()  # the engine was built before the freeze: let this collection see its cycles
         gc.collect()
-        await self._reap_processes()
+        await _reap(processes)
         self._parent.close()
         log.info("engine stopped")
-
-    async def _reap_processes(self) -> None:
-        """Wait for the engine's processes to exit; kill those that outlive the wait.
-
-        vLLM's shutdown stops EngineCore and EngineCore its workers, but does not wait for every
-        one of them: seen once in CI, a worker outlived a clean stop by more than 15 s, holding its
-        memory (a GPU's on a GPU host) after docsumd had exited 0.
-        """
-        for _ in range(int(STOP_PROCESSES_SECONDS / 0.1)):
-            if not self._processes.alive():
-                break
-            await asyncio.sleep(0.1)
-        killed = self._processes.kill()
-        if killed:
-            log.warning(
-                "engine processes outlived the shutdown: killed",
-                pids=sorted(killed),
-                waited_s=STOP_PROCESSES_SECONDS,
-            )
 
     async def generate(
         self,
@@ -443,6 +430,39 @@ class Engine(Lifecycle):
         if llm.errored:
             raise EngineDeadError(f"engine died: {llm.dead_error}")
         return llm
+
+
+async def _reap(processes: reaper.Processes) -> None:
+    """Wait for the engine's processes to exit; kill those that outlive the wait, and wait for them
+    to be gone, so that the daemon's exit means its engine's memory is free.
+
+    vLLM's shutdown stops EngineCore and EngineCore its workers, but does not wait for every one of
+    them: a worker has outlived a clean stop, holding its memory (a GPU's on a GPU host) after
+    docsumd had exited 0.
+    """
+    await _until_gone(processes, STOP_PROCESSES_SECONDS)
+    killed = processes.kill()
+    if not killed:
+        return
+    log.warning(
+        "engine processes outlived the shutdown: killed", pids=sorted(killed), waited_s=STOP_PROCESSES_SECONDS
+    )
+    await _until_gone(processes, KILLED_EXIT_SECONDS)
+    if left := processes.describe(killed):
+        log.error(
+            "killed engine processes are still there (pid:name:state:wchan)",
+            processes=left,
+            waited_s=KILLED_EXIT_SECONDS,
+        )
+
+
+async def _until_gone(processes: reaper.Processes, seconds: float) -> None:
+    """Poll until none of ``processes`` runs, for ``seconds`` at most."""
+    loop = asyncio.get_running_loop()
+    end = loop.time() + seconds
+    # Polled: most are not this process's children, so there is no exit to wait on.
+    while processes.alive() and loop.time() < end:  # noqa: ASYNC110
+        await asyncio.sleep(0.1)
 
 
 @contextlib.contextmanager

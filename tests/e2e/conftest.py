@@ -37,8 +37,9 @@ def start_daemon(layout: Layout) -> Iterator[Callable[..., DaemonProcess]]:
             daemon.kill_group()
         leftovers = daemon.leftover_processes()
         if leftovers:
+            report = daemon.stop_log()
             daemon.kill_group()
-            pytest.fail(f"processes left behind by the daemon: {leftovers}")
+            pytest.fail(f"processes left behind by the daemon: {leftovers}\n{report}")
 
 
 def _group_empty(daemon: DaemonProcess) -> bool:

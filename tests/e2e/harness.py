@@ -309,9 +309,18 @@ class DaemonProcess:
                 continue
             state, pgrp = fields[0], int(fields[2])
             if pgrp == self.pgid and state != "Z":
-                name = (status.parent / "comm").read_text().strip()
-                alive.append(f"{status.parent.name}:{name}")
+                alive.append(f"{status.parent.name}:{_read(status.parent / 'comm')}:{state}")
         return alive
+
+    def stop_log(self) -> str:
+        """The daemon's log lines on stopping and on processes left or killed, and what each process
+        of its group is waiting in: what a failed no-process-left check needs."""
+        words = ("stop", "outlived", "killed", "fatal", "exiting")
+        lines = [line for line in self.log_tail(400).splitlines() if any(word in line for word in words)]
+        for described in self.group_processes():
+            pid = described.split(":", 1)[0]
+            lines.append(f"{described} wchan={_read(Path('/proc', pid, 'wchan'))}")
+        return "\n".join(lines)
 
     def log_tail(self, lines: int = 40) -> str:
         try:
@@ -350,3 +359,11 @@ def configure_kafka(layout: Layout, broker: KafkaBroker, topics: Topics, **extra
             **extra,
         }
     )
+
+
+def _read(path: Path) -> str:
+    """A small /proc file's text, or "?" once its process is gone."""
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return "?"

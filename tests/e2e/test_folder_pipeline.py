@@ -135,7 +135,7 @@ def test_folder_end_to_end(layout: Layout, start_daemon: Callable[..., DaemonPro
     # Stop with SIGTERM: exit 0, no engine process left.
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0, daemon.log_tail()
-    assert daemon.leftover_processes() == []  # every process of the daemon exits with it
+    assert daemon.leftover_processes() == [], daemon.stop_log()  # every process of the daemon exits with it
 
     # Every good input: moved to done, with a complete result.
     assert layout.inputs_in(layout.done) == {

@@ -64,7 +64,7 @@ def test_mixed_formats_and_hostile_files_through_the_folder(
     assert 'docsumd_document_formats_total{format="docx"}' in metrics
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0, daemon.log_tail()
-    assert daemon.leftover_processes() == []
+    assert daemon.leftover_processes() == [], daemon.stop_log()
 
     assert layout.inputs_in(layout.done) == set(GOOD)
     for name, (_, fmt) in GOOD.items():

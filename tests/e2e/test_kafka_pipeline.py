@@ -187,7 +187,7 @@ def test_kafka_end_to_end(
 
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit() == 0, daemon.log_tail()
-    assert daemon.leftover_processes() == []  # every process of the daemon exits with it
+    assert daemon.leftover_processes() == [], daemon.stop_log()  # every process of the daemon exits with it
     wait_for(lambda: not any(map(_alive, workers)), 15, "the extraction workers to exit")
 
     # Results: one per good input, key = id, the folder's record, headers for model and prompt version.

@@ -100,7 +100,7 @@ def test_sigterm_drains_in_flight_documents(
     wait_for(lambda: not layout.inputs_in(layout.inbox), 60, "all twelve to be taken in")
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit(timeout=300) == 0, daemon.log_tail()
-    assert daemon.leftover_processes() == []
+    assert daemon.leftover_processes() == [], daemon.stop_log()
     drains = [e for e in daemon.log_events() if e.get("event") == "draining in-flight documents"]
     assert drains, "no drain happened: nothing was in flight at SIGTERM, so the test proved nothing"
     assert drains[0]["inflight"] > 0
@@ -124,7 +124,7 @@ def test_drain_deadline_aborts_and_leaves_inputs(
     daemon.wait_ready()
     daemon.signal(signal.SIGTERM)
     assert daemon.wait_exit(timeout=120) == 0, daemon.log_tail()
-    assert daemon.leftover_processes() == []
+    assert daemon.leftover_processes() == [], daemon.stop_log()
     # Unfinished documents were aborted and stay in the inbox, with no result written for them.
     left = layout.inputs_in(layout.inbox)
     assert left, "expected documents still unfinished after a 1 s drain"
@@ -145,7 +145,7 @@ def test_kill_9_then_restart_loses_nothing(
     first.wait_ready()
     wait_for(lambda: len(layout.inputs_in(layout.done)) >= 3, 240, "a few results before the crash")
     first.kill_group()  # kill -9 of the daemon and its engine processes, as a crash plus systemd would
-    assert first.leftover_processes() == []
+    assert first.leftover_processes() == [], first.stop_log()
     done_before_crash = layout.inputs_in(layout.done)
     assert layout.pending(), "the crash came too late: nothing was left to redo"
     _check_consistent(layout, inputs)

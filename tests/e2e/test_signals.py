@@ -116,5 +116,5 @@ def test_sigterm_during_engine_start_exits_promptly_with_0(
     assert _events(daemon, "engine start abandoned"), daemon.log_tail()
     assert not _events(daemon, "engine ready"), "the start was not abandoned: it finished first"
     assert took < 30, f"stopping during the engine start took {took:.1f} s"
-    assert daemon.leftover_processes() == []
+    assert daemon.leftover_processes() == [], daemon.stop_log()
     print(f"SIGTERM during the engine start: exit 0 after {took:.1f} s")

@@ -11,9 +11,12 @@ import signal
 import subprocess
 import sys
 import threading
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from structlog.typing import EventDict
 
 from daemon.engine.reaper import ParentThread, Processes, WatchedTarget
 from daemon.ops.parent_death import EXIT_PARENT_GONE
@@ -33,6 +36,43 @@ def test_processes_are_alive_until_killed_and_then_gone() -> None:
     finally:
         child.kill()
         child.wait()
+
+
+def test_with_descendants_takes_in_what_they_started_since() -> None:
+    # A child that starts a grandchild after it was recorded: the grandchild is killed with it.
+    child = subprocess.Popen(
+        [sys.executable, "-c", GRANDCHILD], stdout=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        assert child.stdout is not None
+        grandchild = int(child.stdout.readline())
+        recorded = Processes({child.pid})
+        assert recorded.alive() == {child.pid}
+        tree = recorded.with_descendants()
+        assert tree.alive() == {child.pid, grandchild}
+        assert [entry.split(":")[0] for entry in tree.describe({grandchild})] == [str(grandchild)]
+        assert tree.kill() == {child.pid, grandchild}
+        child.wait(10)
+        _wait_until(lambda: not tree.alive())
+        assert tree.describe({child.pid, grandchild}) == []
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+
+
+GRANDCHILD = """
+import subprocess, sys, time
+grandchild = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+print(grandchild.pid, flush=True)
+time.sleep(60)
+"""
+
+
+def _wait_until(condition: Callable[[], bool], seconds: float = 10.0) -> None:
+    end = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.05)
 
 
 def test_a_process_that_was_gone_when_recorded_is_never_alive() -> None:
@@ -124,3 +164,41 @@ async def test_a_parent_thread_hands_back_exceptions_and_refuses_jobs_once_close
     parent.close()
     with pytest.raises(RuntimeError, match="closed"):
         parent.run(lambda: 1)
+
+
+# -- a stop waits for the engine's processes, kills what outlives the wait, and waits for it to go -----------
+
+
+def test_a_stop_kills_what_outlives_the_wait_and_waits_until_it_is_gone(
+    monkeypatch: pytest.MonkeyPatch, logs: list[EventDict]
+) -> None:
+    from daemon.engine import vllm_engine
+
+    monkeypatch.setattr(vllm_engine, "STOP_PROCESSES_SECONDS", 0.3)
+    stubborn = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        processes = Processes({stubborn.pid})
+        asyncio.run(vllm_engine._reap(processes))
+        # Gone before the stop returns: dead, its exit seen (a zombie until this test waits on it).
+        assert processes.alive() == set()
+        assert stubborn.wait(1) == -signal.SIGKILL
+    finally:
+        stubborn.kill()
+        stubborn.wait()
+    assert [(e["event"], e["pids"]) for e in logs if "outlived" in e["event"]] == [
+        ("engine processes outlived the shutdown: killed", [stubborn.pid])
+    ]
+    assert not [e for e in logs if e["log_level"] == "error"]
+
+
+def test_a_stop_kills_nothing_when_the_processes_exit_by_themselves(logs: list[EventDict]) -> None:
+    from daemon.engine import vllm_engine
+
+    quick = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(0.3)"])
+    processes = Processes({quick.pid})
+    reaping = threading.Thread(target=quick.wait)  # reaped as it exits, as EngineCore reaps its workers
+    reaping.start()
+    asyncio.run(vllm_engine._reap(processes))
+    reaping.join()
+    assert quick.returncode == 0
+    assert not [e for e in logs if "outlived" in e["event"]]

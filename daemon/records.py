@@ -285,6 +285,15 @@ class SummaryChecks(TypedDict):
             _doc("Whether the final step was drawn a second time (retry); the summary kept has fewer items."),
         ]
     ]
+    retry_error: NotRequired[
+        Annotated[
+            str,
+            _doc(
+                "The reason code of a second draw that gave no summary (an invalid output, an engine "
+                "error); the first summary stands. Absent when the second draw gave one."
+            ),
+        ]
+    ]
 
 
 @with_config(_CLOSED)

@@ -244,14 +244,15 @@ class _DocumentRun:
         self.engine_s = time.monotonic() - self.started
         checked = await self._check(accepted, parts, tree)
         retried = False
+        retry_error: str | None = None
         if checked.unsupported and profile.on_unsupported == "retry":
             retried = True
             try:
                 again = await self.finish(kind, body_ids, plan=plan, urgent=urgent, redraw=True)
             except DocumentError as exc:
-                if exc.reason != "invalid_output":
-                    raise
-                again = None  # the first summary stands: it was valid
+                # The first summary was valid and checked: a second draw that gives none (an invalid
+                # output, a request the engine failed) leaves it standing instead of failing the document.
+                again, retry_error = None, exc.reason
             self.engine_s = time.monotonic() - self.started
             if again is not None:
                 second = await self._check(again[1], parts, tree)
@@ -261,6 +262,8 @@ class _DocumentRun:
         checked.checks_record["on_unsupported"] = profile.on_unsupported
         if profile.on_unsupported == "retry":
             checked.checks_record["retried"] = retried
+        if retry_error is not None:
+            checked.checks_record["retry_error"] = retry_error
         observe_grounding(profile.name, checked.checks, seconds=self.check_s, retried=retried)
         if checked.unsupported and profile.on_unsupported == "fail":
             raise DocumentError(

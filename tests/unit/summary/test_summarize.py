@@ -817,6 +817,27 @@ async def test_retry_keeps_the_first_summary_when_the_second_is_no_better(tokeni
     assert summary.requests == 2
 
 
+async def test_retry_keeps_the_first_summary_when_the_second_draw_fails(tokenizer: Any) -> None:
+    # A second draw the engine fails (a server's 500, a dropped connection) does not fail a document
+    # whose first summary was valid and checked.
+    async def fail_the_second_request(request_id: str) -> None:
+        if len(engine.calls) == 2:
+            raise RequestError("the server answered 500")
+
+    engine = FakeEngine(behaviour=fail_the_second_request)
+    engine.replies = [("Notice is 60 days.", "stop")]
+    summarizer = checking_summarizer(tokenizer, engine, "retry")
+    summary = await summarizer.summarize(
+        make_document(NOTICE), summarizer.plan(profile=summarizer.profiles.get("strict"))
+    )
+    assert summary.text == "Notice is 60 days."
+    assert summary.checks is not None
+    assert summary.checks["retried"] is True
+    assert summary.checks["retry_error"] == "engine_error"
+    assert summary.checks["counts"]["unsupported"] == 1
+    assert len(engine.calls) == 2
+
+
 async def test_retry_is_not_drawn_for_a_summary_without_unsupported_items(tokenizer: Any) -> None:
     engine = FakeEngine(text="Notice is 30 days.")
     summarizer = checking_summarizer(tokenizer, engine, "retry")

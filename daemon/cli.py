@@ -1,5 +1,5 @@
 """The ``docsumd`` command line: ``run``, ``check-config``, ``summarize``, ``check-summary``,
-``make-tiny-model``, ``make-demo-model``.
+``cache info``, ``cache clear``, ``make-tiny-model``, ``make-demo-model``.
 
 This is the entry point, and the only place that installs signal handlers or touches the process
 environment (vLLM and Hugging Face read their settings from it). Every command loads the config
@@ -27,6 +27,7 @@ from daemon.config import Config, load_config
 from daemon.errors import ConfigError
 
 if TYPE_CHECKING:  # the service module imports the engine's dependencies: load it only to run
+    from daemon.cache.admin import CacheReport
     from daemon.engine.vllm_args import VllmArguments
     from daemon.service import Service
 
@@ -37,10 +38,14 @@ EXIT_SOME_FAILED = 3
 EXIT_CODES: Final = {
     EXIT_OK: "Success; for `run`, a clean stop (SIGTERM or SIGINT, drained).",
     EXIT_FATAL: "A fatal runtime error: the engine died or failed to start, results cannot be written, the "
-    "metrics port is taken. The supervisor should restart docsumd (the systemd unit does).",
+    "metrics port is taken. The supervisor should restart docsumd (the systemd unit does). For `cache`, "
+    "the store cannot be read or emptied (a Redis server that does not answer, an SQLite file that is "
+    "damaged, not docsumd's, unreadable, or locked past the timeout).",
     EXIT_CONFIG: "Invalid configuration or usage, including a model or tokenizer that cannot be used: "
     "restarting will not help (the systemd unit does not restart on it). For `check-summary`, an input "
-    "it cannot read (unreadable, binary, empty or too large).",
+    "it cannot read (unreadable, binary, empty or too large). For `cache`, a `cache.path` that is not a "
+    "regular file (a FIFO, a folder, a device) or a Redis URL that cannot be read; for `cache clear`, "
+    "no `--yes` and no terminal to ask on.",
     EXIT_SOME_FAILED: "`summarize` finished, but some documents failed (their error records are in the "
     "outbox).",
 }
@@ -156,6 +161,42 @@ def build_parser() -> argparse.ArgumentParser:
     )
     check_summary.set_defaults(func=_cmd_check_summary)
 
+    cache = commands.add_parser(
+        "cache",
+        help="show or empty the summary cache",
+        description="Look into or empty the summary cache a config names ([cache]: its SQLite file, or "
+        "its keys on a Redis server), with or without daemons running on it. Neither action makes a "
+        "cache file that does not exist yet.",
+    )
+    cache_actions = cache.add_subparsers(required=True, metavar="ACTION")
+    cache_info = cache_actions.add_parser(
+        "info",
+        help="which store, its entries and bytes, the bounds",
+        description="Print which store the config names (an SQLite file, or a Redis server and key "
+        "prefix, never its password), the namespace, the config's bounds (max_bytes, max_value_bytes, "
+        "ttl_seconds), and what the store holds: entries (by kind for SQLite), bytes, when entries "
+        "were last used (SQLite) or expire (Redis). A cache turned off in the config is said so; its "
+        "store is still shown. Exits 0 when the store was read or has no file yet, 1 when it cannot be "
+        "read.",
+    )
+    _config_option(cache_info)
+    cache_info.add_argument("--json", action="store_true", help="print the report as JSON")
+    cache_info.set_defaults(func=_cmd_cache_info)
+    cache_clear = cache_actions.add_parser(
+        "clear",
+        help="delete every entry of the store",
+        description="Delete every entry of the store the config names: the SQLite file's entries (a "
+        "transaction per batch of entries, so daemons writing to the file wait for one batch at most; "
+        "the file keeps its size, its freed pages are reused), or every key under [cache.redis] "
+        "key_prefix (no other key of the server). An entry a daemon writes during the clear may "
+        "stay. Entries of every cache.namespace that shares the store go. Asks first on a terminal; "
+        "elsewhere needs --yes (exit 2 without). Prints what was removed. Exits 0 when cleared (or "
+        "nothing to clear, or not confirmed), 1 when the store cannot be emptied.",
+    )
+    _config_option(cache_clear)
+    cache_clear.add_argument("--yes", action="store_true", help="clear without asking")
+    cache_clear.set_defaults(func=_cmd_cache_clear)
+
     tiny = commands.add_parser(
         "make-tiny-model",
         help="build a tiny random-weight model for demos and tests (offline)",
@@ -182,6 +223,16 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--force", action="store_true", help="rebuild even if DIR already holds the model")
     demo.set_defaults(func=_cmd_make_demo_model)
     return parser
+
+
+def _config_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=DEFAULT_CONFIG,
+        metavar="FILE",
+        help="TOML config file (default: %(default)s)",
+    )
 
 
 # -- commands --------------------------------------------------------------------------------------
@@ -305,6 +356,76 @@ def _cmd_check_summary(args: argparse.Namespace) -> int:
         return EXIT_CONFIG
     print(json.dumps(report, indent=2, ensure_ascii=False))
     return EXIT_OK
+
+
+def _cmd_cache_info(args: argparse.Namespace) -> int:
+    from daemon.cache import admin
+    from daemon.cache.store import CacheStoreError
+
+    config = load_checked_config(args.config)
+    _quiet_logging()
+    try:
+        report = asyncio.run(admin.inspect(config.cache))
+    except CacheStoreError as exc:
+        print(f"docsumd: the summary cache cannot be read: {exc}", file=sys.stderr)
+        return EXIT_FATAL
+    if args.json:
+        print(json.dumps(report.as_json(), indent=2))
+    else:
+        print("\n".join(report.lines()))
+    return EXIT_OK
+
+
+def _cmd_cache_clear(args: argparse.Namespace) -> int:
+    from daemon.cache import admin
+    from daemon.cache.store import CacheStoreError
+
+    config = load_checked_config(args.config)
+    if not args.yes and not sys.stdin.isatty():
+        print(
+            "docsumd: cache clear: no terminal to ask on: pass --yes to clear without asking",
+            file=sys.stderr,
+        )
+        return EXIT_CONFIG
+    _quiet_logging()
+    confirm = (lambda report: True) if args.yes else _ask_to_clear
+    try:
+        report, removed = asyncio.run(admin.clear(config.cache, confirm))
+    except CacheStoreError as exc:
+        print(f"docsumd: the summary cache cannot be emptied: {exc}", file=sys.stderr)
+        return EXIT_FATAL
+    if report.stats is None:
+        print(f"no cache file yet at {report.location.where}: nothing to clear")
+    elif removed is None:
+        print("not cleared", file=sys.stderr)
+    else:
+        measure = "of keys and values" if report.location.backend == "redis" else "of pages freed"
+        size = admin.size_text(removed.bytes)
+        print(f"cleared {report.location.what}: removed {removed.entries:,} entries ({size} {measure})")
+    return EXIT_OK
+
+
+def _ask_to_clear(report: CacheReport) -> bool:
+    """Ask on the terminal whether to delete what ``report`` says the store holds."""
+    from daemon.cache.admin import size_text
+
+    assert report.stats is not None
+    stats = report.stats
+    print(
+        f"{report.location.what} holds {stats.entries:,} entries ({size_text(stats.bytes)}), of every "
+        "namespace that shares it",
+        file=sys.stderr,
+    )
+    print("delete them all? [y/N] ", end="", file=sys.stderr, flush=True)
+    return sys.stdin.readline().strip().lower() in ("y", "yes")
+
+
+def _quiet_logging() -> None:
+    """The cache commands print their own errors: the stores' warnings (logged for a daemon) would
+    say the same again."""
+    from daemon.ops.logging import configure_logging
+
+    configure_logging("error", "auto")
 
 
 def _cmd_make_tiny_model(args: argparse.Namespace) -> int:

@@ -327,6 +327,31 @@ def _action_row(action: argparse.Action) -> list[str]:
     return [f"`{name}`", cell(help_text), shown]
 
 
+def _command_section(name: str, parser: argparse.ArgumentParser, level: int) -> list[str]:
+    """A command's section: its usage, description and arguments; a command with actions of its own
+    (``cache info``) lists them, each in a section one level down."""
+    out = [f"{'#' * level} {name}\n\n"]
+    out.append("```\n" + " ".join(parser.format_usage().split()).replace("usage: ", "") + "\n```\n\n")
+    out.append(cell(parser.description or "") + "\n\n")
+    actions = [a for a in parser._actions if not isinstance(a, argparse._HelpAction)]
+    nested = next((a for a in actions if isinstance(a, argparse._SubParsersAction)), None)
+    rows = [_action_row(a) for a in actions if a is not nested]
+    if rows:
+        out.append(table(["argument", "meaning", "default"], rows))
+    if nested is not None:
+        helps = {choice.dest: choice.help for choice in nested._choices_actions}
+        anchors = {sub: f"{name} {sub}".replace(" ", "-") for sub in nested.choices}
+        out.append(
+            table(
+                ["action", "what it does"],
+                [[f"[`{sub}`](#{anchors[sub]})", cell(helps.get(sub) or "")] for sub in nested.choices],
+            )
+        )
+        for sub, child in nested.choices.items():
+            out += _command_section(f"{name} {sub}", child, level + 1)
+    return out
+
+
 def cli_page() -> str:
     """docs/reference/cli.md."""
     from daemon.cli import EXIT_CODES, build_parser
@@ -347,12 +372,7 @@ def cli_page() -> str:
         )
     )
     for name, sub in commands.choices.items():
-        out.append(f"## {name}\n\n")
-        out.append("```\n" + " ".join(sub.format_usage().split()).replace("usage: ", "") + "\n```\n\n")
-        out.append(cell(sub.description or "") + "\n\n")
-        rows = [_action_row(a) for a in sub._actions if not isinstance(a, argparse._HelpAction)]
-        if rows:
-            out.append(table(["argument", "meaning", "default"], rows))
+        out += _command_section(name, sub, level=2)
     out.append("## Exit codes\n\n")
     out.append(table(["code", "meaning"], [[f"`{code}`", cell(text)] for code, text in EXIT_CODES.items()]))
     return "".join(out)

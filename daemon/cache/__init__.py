@@ -6,7 +6,8 @@ every combine step whose children are; the same bytes under the same settings re
 result. :class:`~daemon.cache.cache.SummaryCache` is what the summarizer calls; it sits on a store
 (:mod:`daemon.cache.store`): an embedded SQLite file by default (:mod:`daemon.cache.sqlite`), or a
 shared Redis/Valkey server for daemons on several hosts (:mod:`daemon.cache.redis`). Configured by
-``[cache]`` (:class:`daemon.config.CacheConfig`) and each profile's ``reuse_cached``.
+``[cache]`` (:class:`daemon.config.CacheConfig`) and each profile's ``reuse_cached``. Operators look
+into a store and empty it with ``docsumd cache info`` and ``clear`` (:mod:`daemon.cache.admin`).
 """
 
 from daemon.cache.cache import SummaryCache, create_cache, create_store

@@ -39,6 +39,7 @@ from daemon.cache.store import (
     CacheStore,
     CacheStoreError,
     InvalidEntry,
+    ManagedStore,
     decode_entry,
     encode_entry,
 )
@@ -242,8 +243,12 @@ def _count_writes(kinds: Sequence[str], outcome: str) -> None:
         CACHE_WRITES.labels(kind=kind, outcome=outcome).inc()
 
 
-def create_store(config: CacheConfig) -> CacheStore:
-    """The store ``config`` names (not started)."""
+def create_store(
+    config: CacheConfig, *, existing_only: bool = False, timeout: float | None = None
+) -> ManagedStore:
+    """The store ``config`` names (not started). ``existing_only``: an SQLite file is opened only if
+    it is already docsumd's cache, never made or rebuilt (the ``docsumd cache`` commands; see
+    :mod:`daemon.cache.sqlite`); ``timeout``: the longest one call may take (default: the config's)."""
     if config.backend == "redis":
         from daemon.cache.redis import RedisStore  # redis-py is imported only where it is used
 
@@ -252,7 +257,7 @@ def create_store(config: CacheConfig) -> CacheStore:
             raise ValueError('backend "redis" needs [cache.redis]')
         return RedisStore(
             redis.url.get_secret_value(),
-            timeout=redis.timeout_seconds,
+            timeout=redis.timeout_seconds if timeout is None else timeout,
             ttl_seconds=redis.ttl_seconds,
             key_prefix=redis.key_prefix,
             max_value_bytes=config.max_value_bytes,
@@ -260,7 +265,12 @@ def create_store(config: CacheConfig) -> CacheStore:
         )
     from daemon.cache.sqlite import SqliteStore
 
-    return SqliteStore(Path(config.path), max_bytes=config.max_bytes, timeout=config.timeout_seconds)
+    return SqliteStore(
+        Path(config.path),
+        max_bytes=config.max_bytes,
+        timeout=config.timeout_seconds if timeout is None else timeout,
+        existing_only=existing_only,
+    )
 
 
 async def create_cache(

@@ -14,21 +14,28 @@ two daemons writing one key write equivalent values, the last one stays.
 **The bound** is the server's: docsumd cannot evict on a server it shares. At start the store reads
 ``INFO memory`` and warns when nothing bounds it (no ``maxmemory``), when a full server would refuse
 writes (``noeviction``), or when only keys with a TTL are evicted and docsumd's have none.
+
+**Commands** (``docsumd cache info``, ``clear``) walk the keys under the prefix with ``SCAN`` (never
+``KEYS``, never ``FLUSHDB``: a shared server's other keys are never read or touched), a batch per
+round trip, each round trip bounded by :data:`COMMAND_TIMEOUT_SECONDS` at least. The URL is shown
+only as :func:`public_url` writes it: it may hold a password.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+import time
+from collections.abc import AsyncIterator, Sequence
 from typing import Any, Final
 
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.connection import parse_url
 from redis.exceptions import RedisError, ResponseError
 
-from daemon.cache.store import CacheStoreError, PutOutcome
+from daemon.cache.store import CacheStoreError, PutOutcome, Removed, StoreStats
 from daemon.ops.logging import get_logger
 
 log = get_logger(__name__)
@@ -37,6 +44,11 @@ CLIENT_NAME: Final = "docsumd-cache"
 PIPELINE_KEYS: Final = 128
 """Keys per round trip: each round trip has the whole timeout (a document's thousand parts are
 several, and the first that fails ends the call)."""
+SCAN_KEYS: Final = 1000
+"""Keys per round trip of the commands' walk over the prefix (``SCAN ... COUNT``, then one pipeline)."""
+COMMAND_TIMEOUT_SECONDS: Final = 10.0
+"""The least time one round trip of :meth:`RedisStore.stats` or :meth:`RedisStore.delete_all` has
+(a command may wait longer on a slow link than a daemon's lookup should)."""
 
 
 class RedisStore:
@@ -149,33 +161,100 @@ class RedisStore:
         used = info.get("used_memory")
         return used if isinstance(used, int) else None
 
-    async def delete_all(self) -> None:
-        """Delete every key under the prefix (tests and commands; scans, never ``FLUSHDB``)."""
+    async def stats(self) -> StoreStats:
+        """The keys under the prefix, their bytes (keys and values) and expiry times, and the
+        server's memory and its bound. Not a snapshot: keys written or expiring during the walk may
+        be counted or not (and ``SCAN`` may return a key twice while the server resizes its table)."""
+        entries = size = without_expiry = 0
+        soonest = latest = None
+        now = time.time()
+        async for names in self._scan():
+            pipe = self._redis().pipeline(transaction=False)
+            for name in names:
+                pipe.strlen(name)
+                pipe.ttl(name)
+            replies = await self._run_command(pipe.execute(raise_on_error=False))
+            for index, name in enumerate(names):
+                length, ttl = replies[2 * index], replies[2 * index + 1]
+                if not isinstance(ttl, int) or ttl == -2:  # gone since the scan
+                    continue
+                entries += 1
+                size += _key_bytes(name, length)
+                if ttl == -1:
+                    without_expiry += 1
+                    continue
+                soonest = ttl if soonest is None else min(soonest, ttl)
+                latest = ttl if latest is None else max(latest, ttl)
+        expiring = None if soonest is None or latest is None else (now + soonest, now + latest)
+        return StoreStats(
+            entries=entries,
+            bytes=size,
+            expiring=expiring,
+            without_expiry=without_expiry,
+            server=await self._memory(),
+        )
+
+    async def delete_all(self) -> Removed:
+        """Delete every key under the prefix (commands and tests; scans, never ``FLUSHDB``); what
+        it removed."""
+        entries = size = 0
+        async for names in self._scan():
+            pipe = self._redis().pipeline(transaction=True)  # the lengths of what is deleted
+            for name in names:
+                pipe.strlen(name)
+            pipe.delete(*names)
+            replies = await self._run_command(pipe.execute(raise_on_error=False))
+            *lengths, deleted = replies
+            if isinstance(deleted, Exception):
+                raise CacheStoreError(f"{self.where}: DEL refused: {deleted}")
+            entries += int(deleted)
+            size += sum(_key_bytes(name, length) for name, length in zip(names, lengths, strict=True))
+        return Removed(entries=entries, bytes=size)
+
+    async def _scan(self) -> AsyncIterator[list[bytes]]:
+        """The key names under the prefix, a batch per ``SCAN`` round trip (a key may come twice,
+        as ``SCAN`` promises no more; a batch is never empty)."""
         client = self._redis()
-        async with asyncio.timeout(max(self.timeout, 30.0)):
-            batch: list[Any] = []
-            async for name in client.scan_iter(match=_glob_escape(self.key_prefix) + "*", count=1000):
-                batch.append(name)
-                if len(batch) >= 1000:
-                    await client.delete(*batch)
-                    batch = []
-            if batch:
-                await client.delete(*batch)
+        pattern = _glob_escape(self.key_prefix) + "*"
+        cursor = 0
+        while True:
+            cursor, names = await self._run_command(client.scan(cursor, match=pattern, count=SCAN_KEYS))
+            if names:
+                yield list(names)
+            if cursor == 0:
+                return
+
+    async def _memory(self) -> dict[str, Any]:
+        """The server's memory in use and its bound (empty if ``INFO`` is refused)."""
+        try:
+            info = await self._run_command(self._redis().info("memory"))
+        except CacheStoreError as exc:
+            if isinstance(exc.__cause__, ResponseError):  # INFO refused (ACL)
+                return {}
+            raise
+        names = ("used_memory", "maxmemory", "maxmemory_policy")
+        return {name: info[name] for name in names if name in info}
 
     def _redis(self) -> Redis:
         if self._client is None:
             raise CacheStoreError("the Redis store is not started")
         return self._client
 
-    async def _run(self, call: Any) -> Any:
-        """Await ``call`` within the timeout; any failure as :class:`CacheStoreError`."""
+    async def _run(self, call: Any, seconds: float | None = None) -> Any:
+        """Await ``call`` within ``seconds`` (default: the store's timeout); any failure as
+        :class:`CacheStoreError`."""
+        limit = self.timeout if seconds is None else seconds
         try:
-            async with asyncio.timeout(self.timeout):
+            async with asyncio.timeout(limit):
                 return await call
         except TimeoutError:
-            raise CacheStoreError(f"no answer from {self.where} within {self.timeout:g} s") from None
+            raise CacheStoreError(f"no answer from {self.where} within {limit:g} s") from None
         except (RedisError, OSError) as exc:
             raise CacheStoreError(f"{self.where}: {exc}") from exc
+
+    async def _run_command(self, call: Any) -> Any:
+        """:meth:`_run` with a command's time (:data:`COMMAND_TIMEOUT_SECONDS` at least)."""
+        return await self._run(call, max(self.timeout, COMMAND_TIMEOUT_SECONDS))
 
     async def _check_bound(self) -> None:
         try:
@@ -205,6 +284,32 @@ class RedisStore:
                 server=self.where,
                 policy=policy,
             )
+
+
+def _key_bytes(name: bytes, length: object) -> int:
+    """The bytes of key ``name`` whose ``STRLEN`` answered ``length``: 0 for a key that is gone (a
+    string is never empty), its name alone for a key of another type (an error answered)."""
+    if isinstance(length, int):
+        return len(name) + length if length else 0
+    return len(name)
+
+
+def public_url(url: str) -> str:
+    """``url`` as it may be shown: its scheme, host, port and database, or its socket's path, as
+    redis-py reads them; never its user, password or other query arguments (``?password=``).
+    ValueError if redis-py cannot read it (its message is not passed on: it may quote the password)."""
+    scheme = url.partition("://")[0]
+    try:
+        parts: dict[str, Any] = parse_url(url)  # type: ignore[no-untyped-call]  # redis-py's own reading
+    except (ValueError, TypeError):
+        raise ValueError("not a URL redis-py can read (not shown: it may hold a password)") from None
+    database = parts.get("db", 0)
+    if "path" in parts:
+        return f"{scheme}://{parts['path']}?db={database}"
+    host = str(parts.get("host", "localhost"))
+    if ":" in host:
+        host = f"[{host}]"
+    return f"{scheme}://{host}:{parts.get('port', 6379)}/{database}"
 
 
 def _glob_escape(text: str) -> str:

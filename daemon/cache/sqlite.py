@@ -23,6 +23,16 @@ within ``timeout`` seconds, or raises :class:`~daemon.cache.store.CacheStoreErro
 a database or is damaged is deleted and made anew (a warning; it held nothing that cannot be made
 again); one that was deleted or replaced while open is reopened at its path; one that cannot be
 opened or written (a read-only folder or file, a full disk) fails each call until it can.
+
+**Commands** (``docsumd cache info``, ``clear``) open a store with ``existing_only``: a file that is
+not there is not made, and one that is damaged, of another layout or not docsumd's is left as it is
+(the call fails with what it is), never rebuilt or converted: looking at a cache does not change it.
+:meth:`SqliteStore.delete_all` deletes the entries there were when it began, :data:`CLEAR_BATCH` at a
+time, each batch a transaction of its own: a daemon writing to the file meanwhile waits for one batch
+at most (a clear's single transaction would hold SQLite's lock for seconds on a large file, the
+deleted pages being overwritten with zeros, and fail the daemons' writes meanwhile); an entry a
+daemon writes during the clear may stay. A command's full scan (:meth:`SqliteStore.stats`) may take
+:data:`COMMAND_SCAN_SECONDS` on top of the timeout: it writes nothing, and waits for no lock.
 """
 
 from __future__ import annotations
@@ -36,7 +46,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from daemon.cache.store import CacheStoreError, PutOutcome
+from daemon.cache.store import CacheStoreError, PutOutcome, Removed, StoreStats
 from daemon.fs.blocking_io import BlockingIO
 from daemon.ops.logging import get_logger
 
@@ -51,6 +61,15 @@ APPLICATION_ID: Final = 0x64736364
 _SQLITE_MAGIC: Final = b"SQLite format 3\0"
 LOW_WATER: Final = 0.9
 WAL_LIMIT_BYTES: Final = 16 << 20
+BUSY_SHARE: Final = 0.75
+"""The share of a call's ``timeout`` that SQLite waits for another process's write: the wait ends
+before the call's time limit, so a store locked too long fails the call itself (``database is
+locked``, rolled back), never leaving a thread given up on that would write later, after its caller
+was told the call failed (a clear reported failed that empties the store after all)."""
+CLEAR_BATCH: Final = 1000
+"""Entries :meth:`SqliteStore.delete_all` deletes per transaction."""
+COMMAND_SCAN_SECONDS: Final = 300.0
+"""Time a command's read of every entry (:meth:`SqliteStore.stats`) may take beyond ``timeout``."""
 TOUCH_BATCH: Final = 512
 """Access times noted in memory that are written at once without waiting for a write."""
 _QUERY_BATCH: Final = 500
@@ -78,12 +97,15 @@ class SqliteStore:
         max_bytes: int,
         timeout: float,
         touch_seconds: float = 60.0,
+        existing_only: bool = False,
         io: BlockingIO | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """``timeout``: the longest one call may take, waiting for another process's write included;
-        ``touch_seconds``: a hit refreshes its entry's access time only when it is older than this."""
+        ``touch_seconds``: a hit refreshes its entry's access time only when it is older than this;
+        ``existing_only``: open only a file that is already docsumd's cache (see the module's doc)."""
         self.path = path
+        self.existing_only = existing_only
         self.max_bytes = max_bytes
         self.timeout = timeout
         self.touch_seconds = touch_seconds
@@ -129,17 +151,36 @@ class SqliteStore:
         """Write the access times noted; the bytes in use."""
         return await self._call(self._maintain)
 
-    async def delete_all(self) -> None:
-        """Empty the store (``docsumd`` commands and tests)."""
-        await self._call(self._delete_all)
+    async def stats(self) -> StoreStats:
+        """What the store holds: entries by kind, pages in use, the oldest and newest use, the
+        files' size (one consistent snapshot; it writes nothing)."""
+        return await self._call(self._stats, time_limit=self.timeout + COMMAND_SCAN_SECONDS)
+
+    async def delete_all(self) -> Removed:
+        """Delete every entry there was when called, a batch per transaction (``docsumd cache
+        clear``, tests; see the module's doc); what it removed. A failure after some batches says
+        how many entries went."""
+        last = await self._call(self._last_row)
+        removed = Removed(entries=0, bytes=0)
+        while True:
+            try:
+                batch = await self._call(self._delete_batch, last)
+            except CacheStoreError as exc:
+                if removed.entries:
+                    raise CacheStoreError(f"{exc} (after deleting {removed.entries} entries)") from None
+                raise
+            if not batch.entries:
+                return removed
+            removed = Removed(entries=removed.entries + batch.entries, bytes=removed.bytes + batch.bytes)
 
     # -- on the store's threads --------------------------------------------------------------------
 
-    async def _call(self, function: Callable[..., T], *args: Any) -> T:
+    async def _call(self, function: Callable[..., T], *args: Any, time_limit: float | None = None) -> T:
+        limit = self.timeout if time_limit is None else time_limit
         try:
-            return await self._io.run(self._locked, function, *args, time_limit=self.timeout)
+            return await self._io.run(self._locked, function, *args, time_limit=limit)
         except TimeoutError:
-            raise CacheStoreError(f"no answer from {self.path} within {self.timeout:g} s") from None
+            raise CacheStoreError(f"no answer from {self.path} within {limit:g} s") from None
         except OSError as exc:
             raise CacheStoreError(f"{self.path}: {exc}") from None
 
@@ -169,6 +210,9 @@ class SqliteStore:
             if _code(exc) not in _CORRUPT_CODES:
                 self._close()
                 raise CacheStoreError(f"cannot open {self.path}: {exc}") from None
+            if self.existing_only:
+                self._close()
+                raise CacheStoreError(_LEFT_DAMAGED.format(path=self.path, problem=exc)) from None
             problem = str(exc)
         self._rebuild(f"not a usable database ({problem})")
         try:
@@ -178,12 +222,23 @@ class SqliteStore:
             raise CacheStoreError(f"cannot open {self.path} after rebuilding it: {exc}") from None
 
     def _open(self) -> sqlite3.Connection:
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        # The entries are summaries of the documents: readable by the daemon's user only (SQLite
-        # gives its -wal and -shm files the database file's mode).
-        with contextlib.suppress(FileExistsError):
-            os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-        db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
+        if self.existing_only:
+            # mode=rw: SQLite opens the file that is there and makes none (nor its folder).
+            target: str | Path = f"{self.path.absolute().as_uri()}?mode=rw"
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # The entries are summaries of the documents: readable by the daemon's user only (SQLite
+            # gives its -wal and -shm files the database file's mode).
+            with contextlib.suppress(FileExistsError):
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+            target = self.path
+        db = sqlite3.connect(
+            target,
+            timeout=self.timeout * BUSY_SHARE,
+            isolation_level=None,
+            check_same_thread=False,
+            uri=self.existing_only,
+        )
         self._db = db
         try:
             self._prepare(db)
@@ -196,22 +251,30 @@ class SqliteStore:
 
     def _prepare(self, db: sqlite3.Connection) -> None:
         """Settings, and the table: made in a new file, remade in one of another version of ours; a
-        database that is not docsumd's cache is refused, never changed."""
-        db.execute(f"PRAGMA busy_timeout = {int(self.timeout * 1000)}")
-        if db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
-            raise CacheStoreError(f"{self.path}: WAL mode refused (a file system without shared memory?)")
-        db.execute("PRAGMA synchronous = NORMAL")  # WAL: durable across crashes, not power cuts
-        db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+        database that is not docsumd's cache is refused, never changed (its journal mode included)."""
+        db.execute(f"PRAGMA busy_timeout = {int(self.timeout * BUSY_SHARE * 1000)}")
         application = db.execute("PRAGMA application_id").fetchone()[0]
         version = db.execute("PRAGMA user_version").fetchone()[0]
-        if application == APPLICATION_ID and version == STORE_SCHEMA:
-            return
         tables = db.execute("SELECT count(*) FROM sqlite_schema WHERE type = 'table'").fetchone()[0]
         if application != APPLICATION_ID and tables:
             raise CacheStoreError(
                 f"{self.path} is a database that is not docsumd's summary cache: left as it is "
                 "(set cache.path to a file of its own)"
             )
+        current = application == APPLICATION_ID and version == STORE_SCHEMA
+        if not current and self.existing_only:
+            raise CacheStoreError(
+                f"{self.path} was made by another version of docsumd (cache layout {version}): left as "
+                "it is (the daemon empties it when it next opens it)"
+                if application == APPLICATION_ID
+                else f"{self.path} holds no summary cache yet (a database without docsumd's table)"
+            )
+        if db.execute("PRAGMA journal_mode = WAL").fetchone()[0].lower() != "wal":
+            raise CacheStoreError(f"{self.path}: WAL mode refused (a file system without shared memory?)")
+        db.execute("PRAGMA synchronous = NORMAL")  # WAL: durable across crashes, not power cuts
+        db.execute(f"PRAGMA journal_size_limit = {WAL_LIMIT_BYTES}")
+        if current:
+            return
         db.execute("BEGIN IMMEDIATE")
         if tables:
             log.warning("summary cache: the store was made by another version; emptying it", version=version)
@@ -233,6 +296,9 @@ class SqliteStore:
         """The error to raise for ``exc``, after rebuilding a damaged file or closing a connection
         the next call should open afresh."""
         code = _code(exc)
+        if code in _CORRUPT_CODES and self.existing_only:
+            self._close()
+            return CacheStoreError(_LEFT_DAMAGED.format(path=self.path, problem=exc))
         if code in _CORRUPT_CODES:
             self._rebuild(f"damaged ({exc})")
             return CacheStoreError(f"{self.path} was damaged and is rebuilt empty")
@@ -351,9 +417,55 @@ class SqliteStore:
         self._flush_touched(db)
         return _used_bytes(db)
 
-    def _delete_all(self, db: sqlite3.Connection) -> None:
+    def _stats(self, db: sqlite3.Connection) -> StoreStats:
+        db.execute("BEGIN")  # one snapshot for every count (a reader never waits for a writer)
+        kinds = dict(db.execute("SELECT kind, count(*) FROM entries GROUP BY kind ORDER BY kind").fetchall())
+        first, last = db.execute("SELECT min(used), max(used) FROM entries").fetchone()
+        used = _used_bytes(db)
+        db.execute("COMMIT")
+        return StoreStats(
+            entries=sum(kinds.values()),
+            bytes=used,
+            kinds=kinds,
+            first_used=None if first is None else float(first),
+            last_used=None if last is None else float(last),
+            file_bytes=_files_bytes(self.path),
+        )
+
+    def _last_row(self, db: sqlite3.Connection) -> int:
+        """The newest entry's row id (entries written later have higher ones; a rewrite keeps its)."""
         self._touched.clear()
-        db.execute("DELETE FROM entries")
+        return int(db.execute("SELECT coalesce(max(rowid), 0) FROM entries").fetchone()[0])
+
+    def _delete_batch(self, db: sqlite3.Connection, last: int) -> Removed:
+        """Delete up to :data:`CLEAR_BATCH` entries of row id ``last`` or lower, in one transaction."""
+        db.execute("BEGIN IMMEDIATE")
+        before = _used_bytes(db)
+        deleted = db.execute(
+            "DELETE FROM entries WHERE rowid IN"
+            " (SELECT rowid FROM entries WHERE rowid <= ? ORDER BY rowid LIMIT ?)",
+            (last, CLEAR_BATCH),
+        ).rowcount
+        freed = before - _used_bytes(db)
+        db.execute("COMMIT")
+        return Removed(entries=deleted, bytes=max(freed, 0))
+
+
+_LEFT_DAMAGED: Final = (
+    "{path} is not a usable database ({problem}): left as it is (the daemon rebuilds it empty at its "
+    "next use, or delete it while no daemon runs)"
+)
+
+
+def _files_bytes(path: Path) -> int:
+    """Bytes on disk of the database at ``path`` and its ``-wal`` and ``-shm`` files (beside the
+    file a link points to: SQLite puts them there)."""
+    real = os.path.realpath(path)
+    total = 0
+    for suffix in ("", "-wal", "-shm"):
+        with contextlib.suppress(OSError):
+            total += os.stat(f"{real}{suffix}").st_size
+    return total
 
 
 def _nothing(db: sqlite3.Connection) -> None:

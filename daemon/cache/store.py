@@ -3,9 +3,10 @@
 
 A store maps key ids (:attr:`daemon.cache.keys.CacheKey.id`) to encoded entries, bytes it does not
 look into. Two implementations: :class:`daemon.cache.sqlite.SqliteStore` (embedded, the default)
-and :class:`daemon.cache.redis.RedisStore` (shared). A store bounds its own time: each call returns
-or raises :class:`CacheStoreError` within its timeout; :class:`daemon.cache.cache.SummaryCache`
-turns every failure into a miss.
+and :class:`daemon.cache.redis.RedisStore` (shared); both can also say what they hold and empty
+themselves (:class:`ManagedStore`, for the ``docsumd cache`` commands). A store bounds its own
+time: each call returns or raises :class:`CacheStoreError` within its timeout;
+:class:`daemon.cache.cache.SummaryCache` turns every failure into a miss.
 
 An entry is JSON, compressed with zlib when that makes it smaller by a useful margin (the first
 byte tells: ``{`` plain, ``z`` zlib). Read back, it must be well-formed, of the format this code
@@ -67,6 +68,44 @@ class PutOutcome:
     """Entries the store evicted to stay within its bound, by kind."""
 
 
+@dataclass(frozen=True, slots=True)
+class StoreStats:
+    """What a store holds now (``docsumd cache info``); None where the store does not record it."""
+
+    entries: int
+    """Entries (Redis: keys under the store's prefix)."""
+    bytes: int
+    """What they take: SQLite, the file's pages in use (index included: what ``cache.max_bytes``
+    bounds); Redis, the lengths of their keys and values (the server's own overhead not counted)."""
+    kinds: Mapping[str, int] = field(default_factory=dict)
+    """Entries by kind (``part``, ``combine``, ``document``); empty where not recorded (Redis)."""
+    first_used: float | None = None
+    """Unix time of the least recently used entry's last use (SQLite: a read or a write, noted to
+    within the store's ``touch_seconds``)."""
+    last_used: float | None = None
+    """Unix time of the most recently used entry's last use."""
+    file_bytes: int | None = None
+    """SQLite: the file and its ``-wal`` and ``-shm`` files on disk (freed pages are reused, so a
+    file does not shrink when entries go)."""
+    expiring: tuple[float, float] | None = None
+    """Redis: the soonest and the latest expiry (Unix times) among entries with a TTL."""
+    without_expiry: int = 0
+    """Redis: entries without a TTL."""
+    server: Mapping[str, Any] = field(default_factory=dict)
+    """Redis: the server's ``used_memory``, ``maxmemory`` and ``maxmemory_policy`` (empty if ``INFO``
+    is refused)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Removed:
+    """What emptying a store removed (``docsumd cache clear``)."""
+
+    entries: int
+    bytes: int
+    """As :attr:`StoreStats.bytes`: SQLite, the pages freed (reused by later entries); Redis, the
+    keys' and values' lengths."""
+
+
 class CacheStore(Protocol):
     """Encoded entries by key id. Each call returns or raises :class:`CacheStoreError` within the
     store's timeout; ``start()``/``stop()`` are idempotent and never raise for an unusable store (its
@@ -94,6 +133,19 @@ class CacheStore(Protocol):
     async def maintain(self) -> int | None:
         """Periodic upkeep (pending access times, the file still in place); the store's size in
         bytes if known."""
+        ...
+
+
+class ManagedStore(CacheStore, Protocol):
+    """A store that the ``docsumd cache`` commands can look into and empty (both stores are)."""
+
+    async def stats(self) -> StoreStats:
+        """What the store holds now."""
+        ...
+
+    async def delete_all(self) -> Removed:
+        """Delete every entry of this store (the SQLite file's; the Redis keys under its prefix),
+        and only those."""
         ...
 
 

@@ -6,13 +6,14 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import AsyncIterator, Callable
+from urllib.parse import quote
 
 import pytest
 import redis as redis_sync
 from structlog.typing import EventDict
 
-from daemon.cache.redis import RedisStore
-from daemon.cache.store import CacheStoreError
+from daemon.cache.redis import RedisStore, public_url
+from daemon.cache.store import CacheStoreError, Removed
 from tests.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -110,7 +111,9 @@ async def test_delete_all_deletes_only_its_prefix(redis_server: RedisServer) -> 
             client.set("someone-else:key", "kept")
             client.set("docsumd-test*x", "kept too: * is not a wildcard in the prefix")
             await shared.put_many([(f"k{i}", "part", b"{v") for i in range(2500)])
-            await shared.delete_all()
+            removed = await shared.delete_all()
+            assert removed.entries == 2500
+            assert removed.bytes == sum(len(f"docsumd-test:k{i}") + 2 for i in range(2500))
             assert await shared.get_many(["k0", "k2499"]) == [None, None]
             assert client.get("someone-else:key") == b"kept"
             assert client.exists("docsumd-test*x") == 1
@@ -228,3 +231,94 @@ async def test_an_unbounded_server_is_warned_of(redis_server: RedisServer, logs:
     await store.stop()
     assert any("no maxmemory" in str(event["event"]) for event in logs)
     assert "127.0.0.1" in store.where or store.where.startswith("?")
+
+
+async def test_stats_count_only_the_prefix_and_say_when_entries_expire(redis_server: RedisServer) -> None:
+    async with shared_store(redis_server) as shared:
+        client = redis_sync.Redis.from_url(redis_server.url)
+        try:
+            client.set("someone-else:key", "not counted")
+            assert (await shared.stats()).entries == 0
+            before = time.time()
+            await shared.put_many([(f"k{i}", "part", b"{" + b"v" * i) for i in range(1500)])
+            client.set("docsumd-test:forever", "{f")  # written without a TTL (another daemon's config)
+            client.expire("docsumd-test:k0", 60)
+            stats = await shared.stats()
+            assert stats.entries == 1501
+            expected = sum(len(f"docsumd-test:k{i}") + 1 + i for i in range(1500))
+            assert stats.bytes == expected + len("docsumd-test:forever") + 2
+            assert stats.without_expiry == 1
+            assert stats.expiring is not None
+            soonest, latest = stats.expiring
+            assert before + 55 <= soonest <= time.time() + 60
+            assert before + 3500 <= latest <= time.time() + 3600
+            assert dict(stats.kinds) == {}, "Redis records no kind"
+            assert stats.server["maxmemory"] == 0
+            assert stats.server["used_memory"] > stats.bytes
+        finally:
+            client.delete("someone-else:key")
+            client.close()
+
+
+async def test_delete_all_counts_what_it_deleted_and_an_empty_prefix_is_nothing(
+    redis_server: RedisServer,
+) -> None:
+    async with shared_store(redis_server) as shared:
+        assert await shared.delete_all() == Removed(entries=0, bytes=0)
+        await shared.put_many([("a", "part", b"{12345")])
+        assert await shared.delete_all() == Removed(entries=1, bytes=len("docsumd-test:a") + 6)
+
+
+async def test_a_password_protected_server_is_used_and_its_password_never_shown(
+    make_redis_server: Callable[..., RedisServer],
+) -> None:
+    server = make_redis_server()
+    admin = redis_sync.Redis.from_url(server.url)
+    admin.config_set("requirepass", "s3cr/et:p@ss")
+    admin.close()
+    url = f"redis://:{quote('s3cr/et:p@ss', safe='')}@127.0.0.1:{server.port}/0"
+    store = RedisStore(url, timeout=TIMEOUT, ttl_seconds=60, key_prefix="docsumd-pw:", max_value_bytes=1024)
+    await store.start()
+    try:
+        await store.put_many([("k", "part", b"{v")])
+        assert (await store.stats()).entries == 1
+        assert (await store.delete_all()).entries == 1
+    finally:
+        await store.stop()
+    wrong = RedisStore(
+        f"redis://:wrong@127.0.0.1:{server.port}/0",
+        timeout=TIMEOUT,
+        ttl_seconds=60,
+        key_prefix="docsumd-pw:",
+        max_value_bytes=1024,
+    )
+    await wrong.start()
+    try:
+        with pytest.raises(CacheStoreError) as failed:
+            await wrong.stats()
+        assert "wrong" not in str(failed.value)
+    finally:
+        await wrong.stop()
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:s3cret@cache.internal:6380/2", "redis://cache.internal:6380/2"),
+        ("redis://user:s3c@ret@cache.internal/1", "redis://cache.internal:6379/1"),
+        ("rediss://user:s3cret@[::1]:7000", "rediss://[::1]:7000/0"),
+        ("redis://cache.internal?password=s3cret&db=3", "redis://cache.internal:6379/3"),
+        ("unix://:s3cret@/run/redis/redis.sock?db=4", "unix:///run/redis/redis.sock?db=4"),
+    ],
+)
+def test_a_url_is_shown_without_its_user_password_or_options(url: str, shown: str) -> None:
+    assert public_url(url) == shown
+    assert "s3c" not in public_url(url)
+
+
+def test_a_url_redis_py_cannot_read_is_refused_without_quoting_it() -> None:
+    # redis-py's own message would quote the part of the password it took for a port.
+    with pytest.raises(ValueError, match="not shown") as refused:
+        public_url("redis://:pa/s3cret@cache.internal:6379/0")
+    assert "s3cret" not in str(refused.value)
+    assert "'pa'" not in str(refused.value)

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import multiprocessing
 import os
 import sqlite3
 import subprocess
 import time
 from collections.abc import Iterator
+from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ import pytest
 from structlog.typing import EventDict
 
 from daemon.cache.sqlite import APPLICATION_ID, LOW_WATER, SqliteStore
-from daemon.cache.store import CacheStoreError
+from daemon.cache.store import CacheStoreError, Removed
 
 MIB = 1 << 20
 
@@ -222,6 +224,7 @@ async def test_another_programs_database_is_left_alone(tmp_path: Path, logs: lis
     db = sqlite3.connect(path)
     assert db.execute("SELECT name FROM accounts").fetchall() == [("alice",)]
     assert db.execute("SELECT count(*) FROM sqlite_schema WHERE name = 'entries'").fetchone()[0] == 0
+    assert db.execute("PRAGMA journal_mode").fetchone()[0] == "delete", "not even its journal mode changed"
     db.close()
 
 
@@ -388,3 +391,276 @@ def test_two_processes_writing_the_same_keys_are_harmless(tmp_path: Path) -> Non
         assert shared[f"shared-{i}"] in (value(1000 + i, 800), value(2000 + i, 800))
     assert db.execute("SELECT count(*) FROM entries WHERE key LIKE 'own-%'").fetchone()[0] == 2 * 300 * 5
     db.close()
+
+
+# -- what the `docsumd cache` commands use: stats, delete_all, existing_only --------------------------
+
+
+def files_bytes(path: Path) -> int:
+    return sum(
+        os.stat(f"{path}{suffix}").st_size
+        for suffix in ("", "-wal", "-shm")
+        if os.path.exists(f"{path}{suffix}")
+    )
+
+
+def integrity(path: Path) -> str:
+    db = sqlite3.connect(path)
+    try:
+        return str(db.execute("PRAGMA integrity_check").fetchone()[0])
+    finally:
+        db.close()
+
+
+async def test_stats_count_entries_by_kind_their_pages_and_their_last_use(tmp_path: Path) -> None:
+    clock = Clock()
+    path = tmp_path / "cache.sqlite3"
+    store = store_at(path, clock=clock)
+    await store.start()
+    try:
+        empty = await store.stats()
+        assert (empty.entries, dict(empty.kinds), empty.first_used, empty.last_used) == (0, {}, None, None)
+        await store.put_many([(f"p{i}", "part", value(i)) for i in range(30)] + [("c", "combine", value(99))])
+        clock.now += 100
+        await store.put_many([("d", "document", value(100))])
+        stats = await store.stats()
+        assert stats.entries == 32
+        assert dict(stats.kinds) == {"combine": 1, "document": 1, "part": 30}
+        assert (stats.first_used, stats.last_used) == (1_000_000.0, 1_000_100.0)
+        assert stats.bytes == await store.maintain(), "the pages in use, as the bound counts them"
+        assert stats.bytes > 32 * 1000
+        assert stats.file_bytes == files_bytes(path)
+    finally:
+        await store.stop()
+
+
+async def test_delete_all_empties_the_store_and_says_what_went(tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite3"
+    store = store_at(path)
+    await store.start()
+    try:
+        await store.put_many([(f"k{i}", "part", value(i, 2000)) for i in range(200)])
+        removed = await store.delete_all()
+        assert removed.entries == 200
+        assert removed.bytes >= 200 * 2000, "the pages freed"
+        assert (await store.stats()).entries == 0
+        assert await store.get_many(["k0", "k199"]) == [None, None]
+        await store.put_many([("again", "part", b"{v")])
+        assert await store.get_many(["again"]) == [b"{v"]
+        assert (await store.delete_all()).entries == 1
+        assert await store.delete_all() == Removed(entries=0, bytes=0)
+    finally:
+        await store.stop()
+    assert integrity(path) == "ok"
+
+
+async def test_delete_all_goes_a_batch_at_a_time_and_leaves_what_is_written_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("daemon.cache.sqlite.CLEAR_BATCH", 10)
+    path = tmp_path / "cache.sqlite3"
+    store = store_at(path)
+    await store.start()
+    await store.put_many([(f"k{i:02d}", "part", value(i)) for i in range(35)])
+    # Another daemon's connection, used on the store's thread between two batches.
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    batches: list[int] = []
+    delete_batch = store._delete_batch
+
+    def between_batches(db: sqlite3.Connection, last: int) -> Removed:
+        batch = delete_batch(db, last)
+        batches.append(batch.entries)
+        if len(batches) == 1:  # another daemon writes a new entry and rewrites an old one
+            other.execute("INSERT INTO entries VALUES ('new', 'part', x'7b', 0)")
+            other.execute("UPDATE entries SET value = x'7b7b' WHERE key = 'k30'")
+        return batch
+
+    monkeypatch.setattr(store, "_delete_batch", between_batches)
+    try:
+        removed = await store.delete_all()
+        assert batches == [10, 10, 10, 5, 0]
+        assert removed.entries == 35
+        assert await store.get_many(["new", "k30", "k00"]) == [b"{", None, None]
+    finally:
+        other.close()
+        await store.stop()
+
+
+async def test_a_command_store_makes_no_file_and_no_folder(tmp_path: Path) -> None:
+    path = tmp_path / "not" / "yet" / "cache.sqlite3"
+    store = store_at(path, existing_only=True)
+    await store.start()
+    try:
+        with pytest.raises(CacheStoreError, match="unable to open"):
+            await store.stats()
+        with pytest.raises(CacheStoreError):
+            await store.delete_all()
+    finally:
+        await store.stop()
+    assert not (tmp_path / "not").exists()
+
+
+def damage(path: Path) -> None:
+    """Pages of the table and its index overwritten."""
+    size = path.stat().st_size
+    with path.open("r+b") as file:
+        for offset in range(8192, size, 16384):
+            file.seek(offset)
+            file.write(os.urandom(4096))
+
+
+async def made_by_daemon(path: Path, entries: int = 500) -> None:
+    store = store_at(path)
+    await store.start()
+    await store.put_many([(f"k{i}", "part", value(i, 2000)) for i in range(entries)])
+    await store.stop()
+
+
+@pytest.mark.parametrize("kind", ["not a database", "damaged", "another program's", "another layout"])
+async def test_a_command_store_leaves_a_file_it_cannot_use_as_it_is(tmp_path: Path, kind: str) -> None:
+    path = tmp_path / "cache.sqlite3"
+    if kind == "not a database":
+        path.write_bytes(b"someone's notes\n" * 1000)
+    elif kind == "another program's":
+        db = sqlite3.connect(path)
+        db.execute("CREATE TABLE accounts (id INTEGER)")
+        db.commit()
+        db.close()
+    else:
+        await made_by_daemon(path)
+        if kind == "damaged":
+            damage(path)
+        else:
+            db = sqlite3.connect(path)
+            db.execute("PRAGMA user_version = 99")
+            db.close()
+    before = path.read_bytes()
+    store = store_at(path, existing_only=True)
+    await store.start()
+    try:
+        with pytest.raises(CacheStoreError, match="left as it is"):
+            await store.stats()  # it reads every page of the table
+        with pytest.raises(CacheStoreError, match="left as it is"):
+            await store.delete_all()
+    finally:
+        await store.stop()
+    assert path.read_bytes() == before
+    assert sorted(os.listdir(tmp_path)) == ["cache.sqlite3"], "nothing moved aside or made beside it"
+
+
+async def test_a_command_store_reads_and_empties_what_a_daemon_made(tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite3"
+    await made_by_daemon(path, entries=50)
+    store = store_at(path, existing_only=True)
+    await store.start()
+    try:
+        assert (await store.stats()).entries == 50
+        assert (await store.delete_all()).entries == 50
+    finally:
+        await store.stop()
+    assert integrity(path) == "ok"
+
+
+async def test_a_clear_waits_for_a_daemons_write_and_not_for_its_reads(tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite3"
+    await made_by_daemon(path, entries=50)
+    command = store_at(path, existing_only=True, timeout=0.5)
+    await command.start()
+    try:
+        writer = sqlite3.connect(path, isolation_level=None)
+        writer.execute("BEGIN IMMEDIATE")  # a daemon's write that does not end
+        try:
+            started = time.monotonic()
+            with pytest.raises(CacheStoreError):
+                await command.delete_all()
+            assert time.monotonic() - started < 5.0  # the 0.5 s timeout, with room for a loaded machine
+        finally:
+            writer.execute("ROLLBACK")
+            writer.close()
+        assert (await command.stats()).entries == 50, "nothing deleted"
+        reader = sqlite3.connect(path, isolation_level=None)
+        reader.execute("BEGIN")  # a daemon's read in progress
+        assert reader.execute("SELECT count(*) FROM entries").fetchone()[0] == 50
+        try:
+            assert (await command.delete_all()).entries == 50
+            assert reader.execute("SELECT count(*) FROM entries").fetchone()[0] == 50, "its snapshot"
+        finally:
+            reader.execute("COMMIT")
+        assert reader.execute("SELECT count(*) FROM entries").fetchone()[0] == 0
+        reader.close()
+    finally:
+        await command.stop()
+    assert integrity(path) == "ok"
+
+
+def _daemon_beside_a_clear(path: str, pipe: Connection) -> None:
+    """In another process, a daemon's store: fills it, reads it (access times noted, to be written
+    later), then writes and reads until told to stop while the test clears the file; sends back
+    (errors, rounds, what the first entries read after, what a last write reads back)."""
+    ticks = itertools.count()
+
+    def clock() -> float:  # ten seconds a call: every hit is noted as a touch to write later
+        return 1_000_000.0 + 10 * next(ticks)
+
+    async def run() -> tuple[int, int, list[bytes | None], list[bytes | None]]:
+        store = store_at(Path(path), timeout=10.0, touch_seconds=1, clock=clock)
+        await store.start()
+        await store.put_many([(f"old-{i}", "part", value(i)) for i in range(100)])
+        await store.get_many([f"old-{i}" for i in range(100)])
+        pipe.send("filled")
+        errors = rounds = 0
+        while not pipe.poll():
+            try:
+                await store.put_many([(f"new-{rounds}-{i}", "combine", value(i, 800)) for i in range(10)])
+                await store.get_many([f"new-{rounds}-{i}" for i in range(10)] + ["old-1"])
+            except CacheStoreError:
+                errors += 1
+            rounds += 1
+            if rounds == 1:
+                pipe.send("writing")
+        pipe.recv()
+        after = await store.get_many(["old-0", "old-99"])
+        await store.put_many([("last", "document", b"{last")])
+        last = await store.get_many(["last"])
+        await store.stop()
+        return errors, rounds, after, last
+
+    pipe.send(asyncio.run(run()))
+
+
+def test_a_clear_beside_a_running_daemon_leaves_a_sound_store(tmp_path: Path) -> None:
+    path = tmp_path / "cache.sqlite3"
+    context = multiprocessing.get_context("spawn")
+    ours, theirs = context.Pipe()
+    daemon = context.Process(target=_daemon_beside_a_clear, args=(str(path), theirs))
+    daemon.start()
+    try:
+        for step in ("filled", "writing"):
+            assert ours.poll(120), f"the daemon's store is not {step}"
+            assert ours.recv() == step
+
+        async def clear_twice() -> list[Removed]:
+            command = store_at(path, existing_only=True, timeout=10.0)
+            await command.start()
+            try:
+                first = await command.delete_all()
+                await asyncio.sleep(0.2)  # the daemon writes on meanwhile
+                return [first, await command.delete_all()]
+            finally:
+                await command.stop()
+
+        removed = asyncio.run(clear_twice())
+        ours.send("stop")
+        assert ours.poll(120)
+        errors, rounds, after, last = ours.recv()
+    finally:
+        daemon.join(timeout=60)
+        if daemon.is_alive():
+            daemon.kill()
+    assert daemon.exitcode == 0
+    assert errors == 0, "the daemon's calls all answered"
+    assert rounds >= 1
+    assert removed[0].entries >= 100
+    assert after == [None, None], "the daemon finds the store emptied"
+    assert last == [b"{last"], "and writes and reads it on"
+    assert integrity(path) == "ok"

@@ -1278,9 +1278,19 @@ class RedisCacheConfig(_Section):
 
     @model_validator(mode="after")
     def _url_scheme(self) -> Self:
-        scheme = self.url.get_secret_value().partition("://")[0]
+        url = self.url.get_secret_value()
+        scheme = url.partition("://")[0]
         if scheme not in ("redis", "rediss", "unix"):
             raise ValueError("url must start with redis://, rediss:// or unix://")
+        try:
+            _ = urlsplit(url).port
+        except ValueError:
+            # Not the parser's message: it quotes the text after the host's colon, which is part of
+            # the password when the password holds a "/".
+            raise ValueError(
+                "url is not a valid URL: a port that is not a number, or a password with a / ? or # "
+                "that is not percent-encoded (the url is not shown: it may hold a password)"
+            ) from None
         return self
 
 

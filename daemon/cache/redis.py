@@ -90,15 +90,21 @@ class RedisStore:
         calls connect when they need to)."""
         if self._client is not None:
             return
-        pool = BlockingConnectionPool.from_url(
-            self._url,
-            max_connections=self._max_connections,
-            timeout=self.timeout,
-            socket_timeout=self.timeout,
-            socket_connect_timeout=self.timeout,
-            retry=Retry(NoBackoff(), 0),
-            client_name=CLIENT_NAME,
-        )
+        try:
+            pool = BlockingConnectionPool.from_url(
+                self._url,
+                max_connections=self._max_connections,
+                timeout=self.timeout,
+                socket_timeout=self.timeout,
+                socket_connect_timeout=self.timeout,
+                retry=Retry(NoBackoff(), 0),
+                client_name=CLIENT_NAME,
+            )
+        except ValueError:
+            # redis-py's message may quote part of the url, password included: never passed on.
+            raise CacheStoreError(
+                "the Redis url cannot be read (not shown: it may hold a password)"
+            ) from None
         self._client = Redis(connection_pool=pool, auto_close_connection_pool=True)
         try:
             await self._check_bound()

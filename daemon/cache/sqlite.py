@@ -228,9 +228,11 @@ class SqliteStore:
         else:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
             # The entries are summaries of the documents: readable by the daemon's user only (SQLite
-            # gives its -wal and -shm files the database file's mode).
+            # gives its -wal and -shm files the database file's mode). Made at the link's target when
+            # the path is a link: O_EXCL refuses a link, and SQLite would make the target itself,
+            # with the umask's mode.
             with contextlib.suppress(FileExistsError):
-                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                os.close(os.open(self.path.resolve(), os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             target = self.path
         db = sqlite3.connect(
             target,

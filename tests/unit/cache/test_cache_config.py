@@ -104,3 +104,16 @@ def test_a_redis_url_of_another_scheme_is_a_config_error(tmp_path: Path, url: st
     message = config_error(config_file(tmp_path, text))
     assert "redis://" in message
     assert url not in message or not url, "the url (it may hold a password) is not echoed"
+
+
+@pytest.mark.parametrize(
+    ("url", "secret"),
+    [("redis://:pa/ss@cache:6379/0", "pa"), ("redis://user:secret@cache:xsecretx/0", "xsecretx")],
+)
+def test_a_redis_url_that_cannot_be_parsed_is_a_config_error_without_its_text(
+    tmp_path: Path, url: str, secret: str
+) -> None:
+    text = MINIMAL + f'[cache]\nbackend = "redis"\n[cache.redis]\nurl = "{url}"\n'
+    message = config_error(config_file(tmp_path, text))
+    assert "not a valid URL" in message
+    assert secret not in message.replace("a password", "").replace("a port", "")

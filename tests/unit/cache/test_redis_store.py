@@ -322,3 +322,17 @@ def test_a_url_redis_py_cannot_read_is_refused_without_quoting_it() -> None:
         public_url("redis://:pa/s3cret@cache.internal:6379/0")
     assert "s3cret" not in str(refused.value)
     assert "'pa'" not in str(refused.value)
+
+
+async def test_a_store_given_a_url_redis_py_cannot_read_fails_without_quoting_it() -> None:
+    store = RedisStore(
+        "redis://:pa/s3cret@cache.internal:6379/0",
+        timeout=1.0,
+        ttl_seconds=0,
+        key_prefix="docsumd:",
+        max_value_bytes=1024,
+    )
+    with pytest.raises(CacheStoreError, match="not shown") as refused:
+        await store.start()
+    assert "s3cret" not in str(refused.value)
+    assert "'pa'" not in str(refused.value)

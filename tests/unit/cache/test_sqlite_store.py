@@ -64,6 +64,26 @@ async def test_values_read_back_in_order_and_misses_are_none(tmp_path: Path) -> 
         await store.stop()
 
 
+async def test_a_cache_path_that_is_a_link_to_a_new_file_makes_it_private(tmp_path: Path) -> None:
+    # An operator's link to where the cache should live: its target is made, readable by the owner only.
+    old = os.umask(0o022)  # the usual shell umask, whatever the test process had
+    try:
+        target = tmp_path / "real" / "cache.sqlite3"
+        target.parent.mkdir()
+        link = tmp_path / "cache.sqlite3"
+        link.symlink_to(target)
+        store = store_at(link)
+        await store.start()
+        try:
+            await store.put_many([("k", "part", b"{kept")])
+        finally:
+            await store.stop()
+        assert link.is_symlink()
+        assert (target.stat().st_mode & 0o777) == 0o600
+    finally:
+        os.umask(old)
+
+
 async def test_entries_survive_a_restart_and_the_file_is_private(tmp_path: Path) -> None:
     path = tmp_path / "deep" / "folder" / "cache.sqlite3"
     store = store_at(path)

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import dataclasses
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Final
 
 from daemon.cache import SummaryCache
@@ -127,6 +127,7 @@ class Service:
         notifier: SystemdNotifier | None = None,
         reader: DocumentReader | None = None,
         cache: SummaryCache | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         """Everything not passed in is built from ``config``: the vLLM ``engine``, the served model's
         ``tokenizer``, the ``profiles`` with their context budgets
@@ -137,7 +138,8 @@ class Service:
         ``reader`` reads every input's bytes (:class:`~daemon.document.reader.DocumentReader`, whose
         extraction workers start with the first document that needs them); ``cache``: the summary
         cache (:mod:`daemon.cache`), which the service starts and stops; built from ``[cache]`` once
-        the engine is up when the service builds its own engine, else none unless passed in."""
+        the engine is up when the service builds its own engine, else none unless passed in;
+        ``clock``: the monotonic time the stall check reads (:mod:`daemon.intake.progress`)."""
         self.config = config
         self.cache = cache
         self._build_cache = engine is None and cache is None
@@ -162,7 +164,7 @@ class Service:
         self._fatal: BaseException | None = None
         self._ready = False
         self._bytes = ByteBudget(config.limits.max_inflight_bytes)
-        self._progress = ProgressWatch(config.service.stall_seconds)
+        self._progress = ProgressWatch(config.service.stall_seconds, clock=clock)
         self.notifier.watch_health(self._alive)
         self._drained = False  # stopped cleanly: drained with no fatal error
         self._intake_paused = False

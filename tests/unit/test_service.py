@@ -26,8 +26,16 @@ from daemon.errors import EngineDeadError, FatalError, RequestError
 from daemon.folder.files import FilesSource
 from daemon.folder.sink import FolderSink
 from daemon.folder.source import FolderSource
+from daemon.records import parse_request_id
 from daemon.service import Service
 from tests.doubles.engine import FakeEngine
+
+
+async def _until(condition: Callable[[], bool]) -> None:
+    """Wait for ``condition`` with a deadline that a loaded machine cannot reach, not for a while."""
+    async with asyncio.timeout(10):
+        while not condition():  # noqa: ASYNC110 - the fake engine has no event for it
+            await asyncio.sleep(0.01)
 
 
 @pytest.fixture
@@ -97,8 +105,14 @@ async def test_dead_engine_is_fatal_and_acknowledges_nothing_more(
 ) -> None:
     # doc-00 finds the engine dead while the five others are still running: they must be cancelled,
     # not completed, and nothing at all acknowledged.
-    fake_engine.delay = 2.0
-    fake_engine.delays["doc-00.txt"] = 0.05
+    fake_engine.delay = 10.0
+    fake_engine.delays["doc-00.txt"] = 0.0
+
+    async def dies_once_all_six_run(request_id: str) -> None:
+        if parse_request_id(request_id).doc_id == "doc-00.txt":
+            await _until(lambda: fake_engine.active == 6)
+
+    fake_engine.behaviour = dies_once_all_six_run
     fake_engine.failures["doc-00.txt"] = EngineDeadError("gone")
     paths = _files(tmp_path, 6)
     service, outbox = make_service(tmp_path, paths, max_inflight_documents=6)
@@ -115,7 +129,7 @@ async def test_drain_deadline_cancels_unfinished_documents(
     fake_engine.delay = 5.0
     service, outbox = make_service(tmp_path, _files(tmp_path, 4), drain_seconds=0.2)
     run = asyncio.create_task(service.run())
-    await asyncio.sleep(0.3)
+    await _until(lambda: fake_engine.active == 4)  # every document in the engine
     service.request_stop()
     await asyncio.wait_for(run, 10)  # returns normally: a drained stop is not an error
     assert sorted(fake_engine.cancelled_docs) == [f"doc-{i:02d}.txt" for i in range(4)]
@@ -128,7 +142,7 @@ async def test_second_stop_request_cuts_the_drain_short(
     fake_engine.delay = 5.0
     service, _ = make_service(tmp_path, _files(tmp_path, 2), drain_seconds=60)
     run = asyncio.create_task(service.run())
-    await asyncio.sleep(0.3)
+    await _until(lambda: fake_engine.active == 2)
     service.request_stop()
     await asyncio.sleep(0.2)
     assert not run.done()  # draining, within its 60 s deadline
@@ -143,7 +157,7 @@ async def test_generous_drain_lets_in_flight_documents_finish(
     fake_engine.delay = 0.5
     service, outbox = make_service(tmp_path, _files(tmp_path, 5), drain_seconds=30)
     run = asyncio.create_task(service.run())
-    await asyncio.sleep(0.2)
+    await _until(lambda: len({call.doc_id for call in fake_engine.calls}) == 5)  # all taken in
     service.request_stop()
     await asyncio.wait_for(run, 10)
     assert not fake_engine.cancelled

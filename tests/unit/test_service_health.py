@@ -3,6 +3,10 @@
 With work in flight and nothing finishing for ``service.stall_seconds``, ``healthy()`` (what /healthz
 answers) turns false and the systemd watchdog pings stop; idle with no work, or a long document whose
 engine requests keep completing, stays healthy. The real notify socket is used for the pings.
+
+The stall check reads a fake clock that only the test moves: how long the event loop or the process
+is held up on a loaded machine changes nothing of what these tests see. What real time remains is
+waited for with a generous deadline, never within a short window.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.typing import EventDict
 
 from daemon.config import Config, EngineConfig, MetricsConfig, ServiceConfig, SummaryConfig
 from daemon.contracts import Source
@@ -69,6 +74,12 @@ async def _wedged(request_id: str) -> None:
     await asyncio.Event().wait()  # an engine that accepted the request and never answers
 
 
+async def _until(condition: Callable[[], bool], seconds: float = 10) -> None:
+    async with asyncio.timeout(seconds):
+        while not condition():  # noqa: ASYNC110 - what the tests wait for has no event
+            await asyncio.sleep(0.01)
+
+
 def _service(
     config: Config, engine: FakeEngine, tokenizer: Any, sources: list[Source], **kwargs: Any
 ) -> Service:
@@ -78,40 +89,51 @@ def _service(
 async def test_a_wedged_engine_with_work_in_flight_turns_unhealthy_after_the_stall_time(
     tmp_path: Path, tokenizer: Any
 ) -> None:
+    clock = FakeClock()
     engine = FakeEngine(behaviour=_wedged)
     source = _files_source(tmp_path, {"a.txt": "Some words to summarize. " * 10})
-    service = _service(_config(tmp_path), engine, tokenizer, [source])
+    service = _service(_config(tmp_path), engine, tokenizer, [source], clock=clock)
     async with _running(service):
-        await asyncio.sleep(0.1)
-        assert engine.active == 1
+        await _until(lambda: engine.active == 1)
+        assert service.healthy()  # work seen: its stall clock starts
+        clock.advance(STALL)
         assert service.healthy()  # within the stall time
-        await asyncio.sleep(STALL + 0.2)
+        clock.advance(0.01)
         assert not service.healthy()
         engine.behaviour = None  # not that this one would come back: its request is stuck
 
 
 async def test_idle_with_no_work_stays_healthy(tmp_path: Path, tokenizer: Any) -> None:
-    service = _service(_config(tmp_path), FakeEngine(), tokenizer, [IdleSource()])
+    clock = FakeClock()
+    service = _service(_config(tmp_path), FakeEngine(), tokenizer, [IdleSource()], clock=clock)
     async with _running(service):
-        await asyncio.sleep(STALL * 3)
-        assert service.healthy()
+        for _ in range(3):
+            clock.advance(STALL)
+            await asyncio.sleep(0.01)
+            assert service.healthy()
 
 
 async def test_a_long_document_whose_requests_keep_completing_stays_healthy(
     tmp_path: Path, tokenizer: Any
 ) -> None:
-    engine = FakeEngine(delay=STALL / 3)  # one request at a time: the document takes many stall times
+    clock = FakeClock()
+    healthy: list[bool] = []
+
+    async def a_third_of_the_stall_time(request_id: str) -> None:
+        clock.advance(STALL / 3)
+        healthy.append(service.healthy())  # the longest since the last progress, at each request
+
+    engine = FakeEngine(behaviour=a_third_of_the_stall_time)  # one request at a time (fan-out 1)
     long_text = "\n\n".join(f"Paragraph {n}. " + "Words of the contract. " * 60 for n in range(30))
     source = _files_source(tmp_path, {"long.txt": long_text})
-    service = _service(_config(tmp_path, fan_out=1), engine, tokenizer, [source])
-    healthy: list[bool] = []
+    service = _service(_config(tmp_path, fan_out=1), engine, tokenizer, [source], clock=clock)
     run = asyncio.create_task(service.run())
     while not run.done():
         healthy.append(service.healthy())
         await asyncio.sleep(0.05)
     await run
     assert len(engine.calls) >= 8
-    assert len(engine.calls) * STALL / 3 > 2 * STALL
+    assert clock.now > 2 * STALL  # the document took many stall times
     assert all(healthy)
     assert service.stats.succeeded == 1
 
@@ -135,18 +157,31 @@ def _pings(server: socket.socket) -> int:
 
 
 async def test_the_watchdog_is_no_longer_fed_once_unhealthy(
-    tmp_path: Path, tokenizer: Any, notify_socket: tuple[str, socket.socket]
+    tmp_path: Path, tokenizer: Any, notify_socket: tuple[str, socket.socket], logs: list[EventDict]
 ) -> None:
     path, server = notify_socket
     notifier = SystemdNotifier(path, watchdog_usec=100_000)  # a ping every 50 ms
+    clock = FakeClock()
     engine = FakeEngine(behaviour=_wedged)
     source = _files_source(tmp_path, {"a.txt": "Some words to summarize. " * 10})
-    service = _service(_config(tmp_path), engine, tokenizer, [source], notifier=notifier)
+    service = _service(_config(tmp_path), engine, tokenizer, [source], notifier=notifier, clock=clock)
     async with _running(service):
-        await asyncio.sleep(0.2)
-        assert _pings(server) >= 2  # healthy: fed
-        await asyncio.sleep(STALL + 0.1)
-        _pings(server)
+        await _until(lambda: engine.active == 1)
+        fed = 0
+
+        def fed_twice() -> bool:
+            nonlocal fed
+            fed += _pings(server)
+            return fed >= 2
+
+        await _until(fed_twice)  # healthy, with work in flight: fed
+        clock.advance(STALL + 0.1)
+
+        def withheld() -> bool:
+            _pings(server)  # read meanwhile: a full socket would block the sender
+            return any("watchdog pings withheld" in str(e["event"]) for e in logs)
+
+        await _until(withheld)  # the ping task saw the stall; what it sent before is read
         await asyncio.sleep(0.3)
         assert not service.healthy()
         assert _pings(server) == 0  # stalled: systemd restarts it after WatchdogSec
@@ -245,8 +280,8 @@ class _PausableIdleSource(IdleSource):
 async def test_with_every_server_down_the_service_is_unhealthy_pauses_intake_and_keeps_the_watchdog(
     tmp_path: Path, tokenizer: Any
 ) -> None:
-    fleet, source = _Fleet(), _PausableIdleSource()
-    service = _service(_config(tmp_path), fleet, tokenizer, [source])
+    fleet, source, clock = _Fleet(), _PausableIdleSource(), FakeClock()
+    service = _service(_config(tmp_path), fleet, tokenizer, [source], clock=clock)
     async with _running(service):
         assert service.healthy()
         assert source.paused == [False]  # told at start: the fleet takes work
@@ -254,7 +289,7 @@ async def test_with_every_server_down_the_service_is_unhealthy_pauses_intake_and
         assert source.paused[-1:] == [True]
         assert not service.healthy()  # /healthz: 503
         assert service._alive()  # the watchdog is still fed: a restart cannot bring servers back
-        await asyncio.sleep(STALL * 3)  # no stall is counted while nothing can progress
+        clock.advance(STALL * 3)  # no stall is counted while nothing can progress
         assert service._alive()
         fleet.set_down(False)
         assert source.paused[-1:] == [False]

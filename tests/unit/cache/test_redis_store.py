@@ -19,6 +19,9 @@ from tests.redis_server import RedisServer
 pytestmark = pytest.mark.redis
 
 TIMEOUT = 0.25
+SLACK = 2.0
+"""Past ``TIMEOUT``, what a call may take on a loaded machine; one that waited on a dead or paused
+server without a timeout would hang."""
 
 
 def store_for(server: RedisServer, **options: object) -> RedisStore:
@@ -134,9 +137,9 @@ async def test_a_paused_server_costs_a_miss_within_the_timeout(
         server.pause()
         for call in (lambda: store.get_many(["a"]), lambda: store.put_many([("c", "part", b"{c")])):
             started = time.monotonic()
-            with pytest.raises(CacheStoreError, match="no answer"):
+            with pytest.raises(CacheStoreError, match=f"no answer .* within {TIMEOUT:g} s"):
                 await call()
-            assert time.monotonic() - started < TIMEOUT + 0.25
+            assert time.monotonic() - started < TIMEOUT + SLACK
         server.resume()
         # The replies the paused server owed are not read as later calls' answers.
         for _ in range(3):
@@ -157,7 +160,7 @@ async def test_a_killed_server_fails_fast_and_a_restarted_one_is_used_again(
         started = time.monotonic()
         with pytest.raises(CacheStoreError):
             await store.get_many(["a"])
-        assert time.monotonic() - started < TIMEOUT + 0.25
+        assert time.monotonic() - started < TIMEOUT + SLACK
         server.up()  # the same port, empty (no persistence)
         assert await store.get_many(["a"]) == [None]
         await store.put_many([("a", "part", b"{a2")])
@@ -181,7 +184,7 @@ async def test_nothing_listening_fails_fast(tmp_path: object) -> None:
         started = time.monotonic()
         with pytest.raises(CacheStoreError):
             await store.get_many(["a"])
-        assert time.monotonic() - started < TIMEOUT + 0.25
+        assert time.monotonic() - started < TIMEOUT + SLACK
     finally:
         await store.stop()
 

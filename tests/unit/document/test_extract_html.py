@@ -1,6 +1,7 @@
 """Unit tests for daemon.document.extract.html: the main content of real pages from Debian
 documentation packages (Sphinx, DocBook, Publican; see tests/fixtures/documents/html/manifest.jsonl),
-generated pages with page furniture, odd encodings, and hostile HTML.
+generated pages with page furniture, odd encodings, and hostile HTML. Time bounds are on CPU time,
+which waiting for a core on a loaded machine does not stretch.
 """
 
 from __future__ import annotations
@@ -104,9 +105,9 @@ REAL_PAGES = [
 def test_real_pages_keep_every_heading_and_the_body_but_not_the_furniture(
     name: str, region: str, first: str, phrase: str, furniture: list[str]
 ) -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     extracted = _extract(name)
-    assert time.perf_counter() - started < 2
+    assert time.process_time() - started < 2
     titles = [heading.title for heading in extracted.layout.headings]
     assert titles[0] == first
     # Every heading of the content region, in order (outside it: sidebars, "Navigation" and the like).
@@ -241,22 +242,22 @@ def test_entities_are_decoded_and_a_dtd_subset_is_never_expanded() -> None:
 
 
 def test_deeply_nested_divs_are_malformed() -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     error = _refusal((FIXTURES / "deep-divs.html").read_bytes())
     assert error.reason == "malformed"
     assert "too deep" in error.message
-    assert time.perf_counter() - started < 2
+    assert time.process_time() - started < 2
     shallow = b"<html><body>" + b"<div>" * 30 + b"text" + b"</div>" * 30 + b"</body></html>"
     assert extract_html(shallow, LIMITS).text == "text"
     assert _refusal(shallow, ExtractLimits(max_xml_depth=20)).reason == "malformed"
 
 
 def test_a_tag_with_thousands_of_attributes_is_refused_before_parsing() -> None:
-    started = time.perf_counter()
+    started = time.process_time()
     error = _refusal((FIXTURES / "attributes.html").read_bytes())
     assert error.reason == "malformed"
     assert f"over {MAX_TAG_TOKENS} attributes" in error.message
-    assert time.perf_counter() - started < 1
+    assert time.process_time() - started < 1
 
 
 def test_the_attribute_count_cannot_be_hidden_in_quotes() -> None:
@@ -264,9 +265,9 @@ def test_the_attribute_count_cannot_be_hidden_in_quotes() -> None:
     with pytest.raises(DocumentError):
         refuse_hostile_tags(f"<p {attributes}>t</p>")
     # An unclosed quote ends the scan at once (the parser reads the rest as one attribute value).
-    started = time.perf_counter()
+    started = time.process_time()
     refuse_hostile_tags('<p a="' + "x " * 2_000_000)
-    assert time.perf_counter() - started < 1
+    assert time.process_time() - started < 1
 
 
 def test_scripts_and_quoted_values_do_not_count_as_attributes() -> None:

@@ -333,16 +333,17 @@ def test_markup_by_its_marks(text: str, expected: Format) -> None:
 
 def test_detection_reads_a_bounded_prefix() -> None:
     big = (b"The parties agree to the terms below. " * 30 + b"\n") * 14_000  # 16 MB
-    started = time.perf_counter()
+    # The bounds are on CPU time, which waiting for a core on a loaded machine does not stretch.
+    started = time.process_time()
     assert detect_format(big) is Format.TEXT
-    assert time.perf_counter() - started < 2
+    assert time.process_time() - started < 2
     parts = {f"word/part{index}.xml": b"" for index in range(25_000)}
     many = _zip({"[Content_Types].xml": b""} | parts)
     hidden = _zip(parts | {"[Content_Types].xml": b""})
-    started = time.perf_counter()
+    started = time.process_time()
     assert detect_format(many) is Format.DOCX  # its extraction will refuse the entry count
     assert detect_format(hidden) is None  # past the entries detection reads: not read at all
-    assert time.perf_counter() - started < 2
+    assert time.process_time() - started < 2
 
 
 @settings(max_examples=300, deadline=None)

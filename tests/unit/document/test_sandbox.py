@@ -180,7 +180,9 @@ async def test_wall_clock_timeout_fails_the_document_and_replaces_the_worker() -
 async def test_worker_killed_while_idle_is_replaced(pool: ExtractionPool) -> None:
     before = await echo_pid(pool)
     psutil.Process(before).kill()
-    await asyncio.sleep(0.2)  # the pool sees it exit
+    async with asyncio.timeout(10):  # the pool sees it exit (its child watcher), however loaded the machine
+        while all(worker.alive for worker in pool._idle):  # noqa: ASYNC110 - no event for it
+            await asyncio.sleep(0.01)
     assert await echo_pid(pool) != before
 
 
@@ -273,9 +275,13 @@ async def test_cancelled_waiting_extraction_leaks_nothing(pool: ExtractionPool) 
     before = await echo_pid(pool)
     replaced = sum(pool.stats.replaced.values())
     running = asyncio.create_task(pool.extract(b"timed 0.3", Format.PDF))
-    await asyncio.sleep(0.05)
-    waiting = asyncio.create_task(pool.extract(b"echo never", Format.PDF))
-    await asyncio.sleep(0.05)
+    # A few turns of the loop each, not a while: the running one must still hold the worker.
+    async with asyncio.timeout(10):
+        while pool.idle > 0:  # noqa: ASYNC110 - the pool has no event for it
+            await asyncio.sleep(0)
+        waiting = asyncio.create_task(pool.extract(b"echo never", Format.PDF))
+        while not (waiting.done() or pool.waiting > 0):  # noqa: ASYNC110
+            await asyncio.sleep(0)
     assert pool.waiting == 1
     waiting.cancel()
     with pytest.raises(asyncio.CancelledError):

@@ -573,7 +573,7 @@ async def test_a_failed_watcher_is_started_again(tmp_path: Path, monkeypatch: py
                 break
             await asyncio.sleep(0.05)
         assert len(runs) == 2
-        await asyncio.sleep(1.2)  # the new watch is in place (its first batch)
+        await items.wait_until_watching(config.inbox)  # the new watch is in place
         (config.inbox / "new.txt").write_bytes(b"new\n")
         assert (await items.next()).id == "new.txt"
 

@@ -51,7 +51,11 @@ class SystemdNotifier(Lifecycle):
             return
         try:
             if self._socket is None:
-                self._socket = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+                # Non-blocking: sent from the event loop, a send to a receiver that stopped reading
+                # (its queue full) must fail at once, not freeze the daemon until it reads again.
+                self._socket = socket.socket(
+                    socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC | socket.SOCK_NONBLOCK
+                )
             self._socket.sendto("\n".join(fields).encode(), self._address)
         except OSError as exc:
             log.warning("systemd notify failed", error=str(exc), fields=fields)

@@ -142,6 +142,11 @@ class _Failed(Exception):
         self.message = message
 
 
+class _Unsent(Exception):
+    """The worker was gone before it read the document (it died idle, before the pool saw it
+    exit): the document never reached it."""
+
+
 class _WorkerFatal(Exception):
     """The worker said why it cannot start."""
 
@@ -181,12 +186,17 @@ class _Worker:
         return bytes(self._tail[-limit:]).decode("utf-8", "replace").strip()
 
     async def send(self, header: bytes, data: bytes) -> None:
-        """Write one request (the data is not copied into the header)."""
+        """Write one request (the data is not copied into the header); ConnectionError if the
+        worker's input is closed."""
         stdin = self.process.stdin
         assert stdin is not None
         stdin.write(header)
         stdin.write(data)
         await stdin.drain()
+        # A write to a worker that is gone closes the pipe at once, but drain() may only raise it
+        # some loop turns later.
+        if stdin.is_closing():
+            raise ConnectionResetError("the extraction worker's input is closed")
 
     async def read_frame(self, cap: int) -> bytes:
         """One reply frame's JSON. :class:`asyncio.IncompleteReadError` at end of output (the worker
@@ -504,20 +514,28 @@ class ExtractionPool(Lifecycle):
             except BaseException:
                 self._release(worker)  # untouched: the next document may have it
                 raise
-        try:
-            payload = await self._exchange(worker, header, data)
-            answer = await self._parse(payload)
-        except asyncio.CancelledError:
-            self._discard(worker, "cancelled")
-            raise
-        except _Failed as failure:
-            self._discard(worker, failure.cause)
-            if worker.stopping:
-                raise SandboxError("the extraction pool stopped during this extraction") from None
-            raise DocumentError("extract_failed", failure.message) from None
-        except BaseException:
-            self._discard(worker, "internal")
-            raise
+        for tries_left in (1, 0):
+            try:
+                payload = await self._exchange(worker, header, data, resend=tries_left > 0)
+                answer = await self._parse(payload)
+            except _Unsent:
+                # Not the document's doing: one other worker gets it. A second worker gone before
+                # it reads the document fails it as any death does.
+                self._discard(worker, "exited")
+                worker = await self._acquire()
+                continue
+            except asyncio.CancelledError:
+                self._discard(worker, "cancelled")
+                raise
+            except _Failed as failure:
+                self._discard(worker, failure.cause)
+                if worker.stopping:
+                    raise SandboxError("the extraction pool stopped during this extraction") from None
+                raise DocumentError("extract_failed", failure.message) from None
+            except BaseException:
+                self._discard(worker, "internal")
+                raise
+            break
         self._finished(worker)
         if isinstance(answer, DocumentError):
             if answer.reason == "internal_error":
@@ -568,12 +586,17 @@ class ExtractionPool(Lifecycle):
             return
         self._release(worker)
 
-    async def _exchange(self, worker: _Worker, header: bytes, data: bytes) -> bytes:
-        """Send the request and read the reply frame, under the wall-clock limit."""
+    async def _exchange(self, worker: _Worker, header: bytes, data: bytes, *, resend: bool = False) -> bytes:
+        """Send the request and read the reply frame, under the wall-clock limit. A worker whose input
+        is closed already raises :class:`_Unsent` when ``resend`` (the document may go to another);
+        otherwise its exit says why."""
         try:
             async with asyncio.timeout(self.limits.timeout_seconds):
-                with contextlib.suppress(ConnectionError):
-                    await worker.send(header, data)  # a worker gone already: its exit says why
+                try:
+                    await worker.send(header, data)
+                except ConnectionError:
+                    if resend:
+                        raise _Unsent from None
                 return await worker.read_frame(self._reply_cap)
         except TimeoutError:
             raise _Failed(

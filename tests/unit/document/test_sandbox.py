@@ -186,6 +186,22 @@ async def test_worker_killed_while_idle_is_replaced(pool: ExtractionPool) -> Non
     assert await echo_pid(pool) != before
 
 
+@in_module_loop
+async def test_a_document_handed_to_a_worker_that_died_idle_goes_to_another(pool: ExtractionPool) -> None:
+    # Killed while idle, and the document comes before the pool has seen the exit (the loop has not
+    # run since): the document did not reach it, so it is not failed for it.
+    before = await echo_pid(pool)
+    exited = pool.stats.replaced["exited"]
+    psutil.Process(before).kill()
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(before) and psutil.Process(before).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)  # noqa: ASYNC251 - blocking on purpose: the loop must not see the exit yet
+    assert all(worker.alive for worker in pool._idle)  # the pool does not know
+    assert await echo_pid(pool, "served by another") != before
+    assert pool.stats.replaced["exited"] == exited + 1
+
+
 # -- the sandbox ---------------------------------------------------------------------------------------
 
 

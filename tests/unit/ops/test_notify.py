@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from structlog.typing import EventDict
 
 from daemon.ops import notify
 from daemon.ops.notify import SystemdNotifier
@@ -110,3 +111,18 @@ async def test_without_a_socket_everything_is_a_no_op() -> None:
 async def test_a_vanished_socket_is_logged_not_raised(tmp_path: Path) -> None:
     async with SystemdNotifier(str(tmp_path / "gone.sock")) as notifier:
         notifier.ready()  # no exception: systemd going away must not take the daemon down
+
+
+@pytest.mark.timeout(20, method="thread")  # a blocking send hangs here: fail, do not wait forever
+async def test_a_receiver_that_stopped_reading_never_blocks_the_sender(
+    notify_socket: tuple[str, socket.socket], logs: list[EventDict]
+) -> None:
+    # The receiver's queue fills (a handful of datagrams) and stays full: each send past it fails at
+    # once and is logged; the event loop is never held.
+    path, _ = notify_socket
+    async with SystemdNotifier(path) as notifier:
+        for number in range(200):
+            notifier.status(f"message {number}")
+    failed = [event for event in logs if event["event"] == "systemd notify failed"]
+    assert failed, "the queue never filled"
+    assert len(failed) < 200

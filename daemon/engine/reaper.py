@@ -305,10 +305,10 @@ class Processes:
             pids |= descendants(pid)
         return Processes(pids)
 
-    def describe(self, pids: set[int]) -> list[str]:
-        """``pid:name:state:wchan`` of each of ``pids`` still running, for a log line."""
+    def describe(self) -> list[str]:
+        """``pid:name:state:wchan`` of each one still running, for a log line."""
         described = []
-        for pid in sorted(pids & self.alive()):
+        for pid in sorted(self.alive()):
             proc = Path(f"/proc/{pid}")
             fields = []
             for name in ("comm", "wchan"):

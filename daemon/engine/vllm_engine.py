@@ -448,7 +448,7 @@ async def _reap(processes: reaper.Processes) -> None:
         "engine processes outlived the shutdown: killed", pids=sorted(killed), waited_s=STOP_PROCESSES_SECONDS
     )
     await _until_gone(processes, KILLED_EXIT_SECONDS)
-    if left := processes.describe(killed):
+    if left := processes.describe():  # the killed ones: the others were gone before the kill
         log.error(
             "killed engine processes are still there (pid:name:state:wchan)",
             processes=left,

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from daemon.engine.reaper import Processes
 from tests.corpus import CORPUS_DIR
 from tests.record_schemas import assert_valid
 
@@ -317,9 +318,8 @@ class DaemonProcess:
         of its group is waiting in: what a failed no-process-left check needs."""
         words = ("stop", "outlived", "killed", "fatal", "exiting")
         lines = [line for line in self.log_tail(400).splitlines() if any(word in line for word in words)]
-        for described in self.group_processes():
-            pid = described.split(":", 1)[0]
-            lines.append(f"{described} wchan={_read(Path('/proc', pid, 'wchan'))}")
+        pids = {int(described.split(":", 1)[0]) for described in self.group_processes()}
+        lines += Processes(pids).describe()  # pid:name:state:wchan
         return "\n".join(lines)
 
     def log_tail(self, lines: int = 40) -> str:

@@ -50,11 +50,11 @@ def test_with_descendants_takes_in_what_they_started_since() -> None:
         assert recorded.alive() == {child.pid}
         tree = recorded.with_descendants()
         assert tree.alive() == {child.pid, grandchild}
-        assert [entry.split(":")[0] for entry in tree.describe({grandchild})] == [str(grandchild)]
+        assert [entry.split(":")[0] for entry in Processes({grandchild}).describe()] == [str(grandchild)]
         assert tree.kill() == {child.pid, grandchild}
         child.wait(10)
         _wait_until(lambda: not tree.alive())
-        assert tree.describe({child.pid, grandchild}) == []
+        assert tree.describe() == []
     finally:
         os.killpg(child.pid, signal.SIGKILL)
         child.wait()

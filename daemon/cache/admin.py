@@ -33,17 +33,10 @@ from daemon.cache.cache import create_store
 from daemon.cache.store import CacheStoreError, ManagedStore, Removed, StoreStats
 from daemon.config import CacheConfig
 from daemon.errors import ConfigError
+from daemon.fs.safe_read import describe_mode
 
 COMMAND_TIMEOUT_SECONDS: Final = 10.0
 """The least time one store call of a command has (``cache.timeout_seconds`` if longer)."""
-
-_FILE_KINDS: Final = (
-    (stat.S_ISDIR, "a folder"),
-    (stat.S_ISFIFO, "a FIFO (named pipe)"),
-    (stat.S_ISSOCK, "a socket"),
-    (stat.S_ISCHR, "a character device"),
-    (stat.S_ISBLK, "a block device"),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -217,11 +210,8 @@ def _sqlite_file_exists(path: Path) -> bool:
         return False
     except OSError as exc:
         raise CacheStoreError(f"cache.path {path}: {exc.strerror or exc}") from None
-    for test, kind in _FILE_KINDS:
-        if test(info.st_mode):
-            raise ConfigError(f"cache.path {path} is {kind}, not a cache file: left alone")
     if not stat.S_ISREG(info.st_mode):
-        raise ConfigError(f"cache.path {path} is not a regular file: left alone")
+        raise ConfigError(f"cache.path {path} is {describe_mode(info.st_mode)}, not a cache file: left alone")
     return info.st_size > 0
 
 

@@ -291,10 +291,12 @@ class DaemonProcess:
                 return
             time.sleep(0.1)
 
-    def leftover_processes(self, grace: float = 15.0) -> list[str]:
+    def leftover_processes(self, grace: float = 90.0) -> list[str]:
         """Processes of the daemon's group still alive ``grace`` seconds after it exited. Python's
         multiprocessing resource tracker outlives its parent by a moment (it cleans up after it), longer
-        on a loaded machine; a process still there after the grace is a real leak."""
+        on a loaded machine; so does a killed vLLM worker freeing its memory (seen running, state R,
+        35 s after its SIGKILL on a loaded 2-core machine). A process still there after the grace is
+        a real leak."""
         deadline = time.monotonic() + grace
         while (alive := self.group_processes()) and time.monotonic() < deadline:
             time.sleep(0.2)
